@@ -1,0 +1,22 @@
+"""dive_core: all the logic of the DIVE pipeline, importable without Snakemake.
+
+Modules
+-------
+atomic      crash-safe file writes (temporary file + rename)
+data        BEIR download, staging and strict loaders with source fingerprints
+splits      the SHA-256 rank split rule and split manifests
+backbones   frozen encoders (MiniLM via sentence-transformers, LLM2Vec)
+embeddings  HDF5 embedding store
+triplets    shared deterministic training triplets
+adapters    the residual MLP adapter and head slicing
+losses      every loss term, one nn.Module each
+training    the shared training loop (seeding, batching, logging)
+methods     one file per compression method, behind one interface
+retrieval   FAISS exact inner-product search
+metrics     pytrec_eval wrapper (nDCG@10, Recall@10/100, MRR@10)
+evaluation  compress -> search -> metrics -> result JSON
+report      aggregate tables and figures
+provenance  library versions and fingerprints recorded in every output
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,473 @@
+"""BEIR data: checksum-verified download, staging from a local copy, strict loaders.
+
+A BEIR dataset directory holds ``corpus.jsonl`` (or ``corpus.jsonl.gz``), ``queries.jsonl``
+(or ``.gz``) and ``qrels/*.tsv`` (``query-id<TAB>corpus-id<TAB>score``, optional header line,
+LF or CRLF line endings).
+
+Every file is fingerprinted by the sha256 of its *decompressed* bytes, under its canonical
+name (``corpus.jsonl``, ``queries.jsonl``, ``qrels/test.tsv``), so a gzipped and a plain copy
+of the same file have the same fingerprint, and a local copy of an official file has the
+official per-file sha256.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+import shutil
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from .atomic import atomic_path, read_json, write_json
+
+log = logging.getLogger(__name__)
+
+CORPUS = "corpus.jsonl"
+QUERIES = "queries.jsonl"
+
+
+class DataError(ValueError):
+    """Bad or inconsistent input data; the message names the file (and line, or key)."""
+
+
+class ChecksumError(DataError):
+    """A file's sha256 differs from the known value: refused."""
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_decompressed(path: Path) -> bytes:
+    """The file's bytes, gunzipped if its name ends in ``.gz``."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as fh:
+                return fh.read()
+        return path.read_bytes()
+    except (OSError, EOFError) as exc:
+        raise DataError(f"{path}: cannot read: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def _one_of(root: Path, name: str) -> Path:
+    """``root/name`` or ``root/name.gz``; error if neither or both exist."""
+    plain, gz = root / name, root / f"{name}.gz"
+    found = [p for p in (plain, gz) if p.exists()]
+    if not found:
+        raise DataError(f"{root}: neither {name} nor {name}.gz found")
+    if len(found) == 2:
+        raise DataError(f"{root}: both {name} and {name}.gz exist; keep one")
+    return found[0]
+
+
+def dataset_files(root: str | os.PathLike) -> dict[str, Path]:
+    """Map canonical file names to the actual files of a BEIR directory."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"{root}: BEIR dataset directory not found")
+    files = {CORPUS: _one_of(root, CORPUS), QUERIES: _one_of(root, QUERIES)}
+    qdir = root / "qrels"
+    qrels = sorted(qdir.glob("*.tsv")) + sorted(qdir.glob("*.tsv.gz")) if qdir.is_dir() else []
+    if not qrels:
+        raise DataError(f"{root}: no qrels/*.tsv files found")
+    for q in qrels:
+        canonical = f"qrels/{q.name.removesuffix('.gz')}"
+        if canonical in files:
+            raise DataError(f"{qdir}: both {canonical} and its .gz exist; keep one")
+        files[canonical] = q
+    return files
+
+
+def fingerprint(root: str | os.PathLike) -> dict[str, str]:
+    """sha256 of the decompressed content of every dataset file, by canonical name."""
+    return {name: sha256_bytes(read_decompressed(p)) for name, p in dataset_files(root).items()}
+
+
+def check_known_hashes(fp: Mapping[str, str], known: Mapping[str, str], where: str) -> None:
+    """Refuse files whose fingerprint differs from a known official sha256."""
+    for name, want in known.items():
+        got = fp.get(name)
+        if got is None:
+            raise DataError(f"{where}: expected file {name} is missing")
+        if got != want:
+            raise ChecksumError(
+                f"{where}/{name}: sha256 {got} differs from the known official value {want}; "
+                "the file is not the official release (refusing to use it)"
+            )
+
+
+# --------------------------------------------------------------------------- loaders
+
+
+def _parse_jsonl(path: Path, data: bytes, required: Iterable[str]) -> Iterable[tuple[int, dict]]:
+    text = data.decode("utf-8-sig", errors="strict") if data else ""
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
+        if not isinstance(obj, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        for key in required:
+            if key not in obj:
+                raise DataError(f"{path}:{lineno}: missing key {key!r}")
+        yield lineno, obj
+
+
+def load_corpus(path: Path, data: bytes | None = None) -> dict[str, dict[str, str]]:
+    """``{doc_id: {"title": ..., "text": ...}}`` in file order."""
+    data = read_decompressed(path) if data is None else data
+    corpus: dict[str, dict[str, str]] = {}
+    first_line: dict[str, int] = {}
+    for lineno, obj in _parse_jsonl(path, data, ("_id",)):
+        did = str(obj["_id"])
+        if did in corpus:
+            raise DataError(f"{path}:{lineno}: duplicate _id {did!r} (first on line {first_line[did]})")
+        first_line[did] = lineno
+        corpus[did] = {"title": str(obj.get("title") or ""), "text": str(obj.get("text") or "")}
+    if not corpus:
+        raise DataError(f"{path}: corpus is empty")
+    return corpus
+
+
+def load_queries(path: Path, data: bytes | None = None) -> dict[str, str]:
+    """``{query_id: text}`` in file order."""
+    data = read_decompressed(path) if data is None else data
+    queries: dict[str, str] = {}
+    for lineno, obj in _parse_jsonl(path, data, ("_id", "text")):
+        qid = str(obj["_id"])
+        if qid in queries:
+            raise DataError(f"{path}:{lineno}: duplicate query _id {qid!r}")
+        queries[qid] = str(obj["text"])
+    return queries
+
+
+def load_qrels(path: Path, data: bytes | None = None) -> dict[str, dict[str, int]]:
+    """``{query_id: {doc_id: score}}`` from a BEIR qrels TSV (header optional, LF or CRLF)."""
+    data = read_decompressed(path) if data is None else data
+    qrels: dict[str, dict[str, int]] = {}
+    seen_at: dict[tuple[str, str], int] = {}
+    first = True
+    for lineno, raw in enumerate(data.decode("utf-8-sig").splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        is_first, first = first, False
+        parts = line.split("\t") if "\t" in line else line.split()
+        if len(parts) != 3:
+            raise DataError(
+                f"{path}:{lineno}: expected 3 columns (query-id, corpus-id, score), got {len(parts)}"
+            )
+        qid, did, score_s = (p.strip() for p in parts)
+        try:
+            score = int(score_s)
+        except ValueError:
+            if is_first:
+                continue  # header line, e.g. "query-id  corpus-id  score"
+            raise DataError(f"{path}:{lineno}: score {score_s!r} is not an integer") from None
+        key = (qid, did)
+        if key in seen_at and qrels[qid][did] != score:
+            raise DataError(
+                f"{path}:{lineno}: ({qid}, {did}) has score {score} but line {seen_at[key]} gave "
+                f"{qrels[qid][did]}"
+            )
+        seen_at[key] = lineno
+        qrels.setdefault(qid, {})[did] = score
+    return qrels
+
+
+@dataclass
+class BeirDataset:
+    """A loaded BEIR dataset with its source fingerprint."""
+
+    root: Path
+    corpus: dict[str, dict[str, str]]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, dict[str, int]]]  # qrels file name -> {qid: {did: score}}
+    fingerprint: dict[str, str]
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return list(self.corpus)
+
+    def all_qrels(self) -> dict[str, dict[str, int]]:
+        """Rows of every qrels file merged (max score when a pair appears in several files)."""
+        merged: dict[str, dict[str, int]] = {}
+        for table in self.qrels.values():
+            for qid, docs in table.items():
+                row = merged.setdefault(qid, {})
+                for did, s in docs.items():
+                    row[did] = max(s, row.get(did, s))
+        return merged
+
+    def relevant(self) -> dict[str, set[str]]:
+        """Docs with score > 0 per query, over all qrels files."""
+        out: dict[str, set[str]] = {}
+        for qid, docs in self.all_qrels().items():
+            pos = {d for d, s in docs.items() if s > 0}
+            if pos:
+                out[qid] = pos
+        return out
+
+    def doc_text(self, did: str) -> str:
+        """Documents are encoded as ``title + " " + text`` (stripped)."""
+        d = self.corpus[did]
+        return f"{d['title']} {d['text']}".strip()
+
+
+def load_beir(
+    root: str | os.PathLike,
+    expected_fingerprint: Mapping[str, str] | None = None,
+    on_missing: str = "error",
+) -> BeirDataset:
+    """Load and cross-check a BEIR directory.
+
+    ``expected_fingerprint`` (from the staging manifest) is verified while reading: a file that
+    changed since staging is an error. ``on_missing`` decides what happens to qrels rows whose
+    query or document id is absent from queries/corpus: ``"error"`` (default) or ``"drop"``
+    (dropped rows are counted in ``BeirDataset.dropped``).
+    """
+    if on_missing not in ("error", "drop"):
+        raise ValueError(f"on_missing must be 'error' or 'drop', not {on_missing!r}")
+    root = Path(root)
+    files = dataset_files(root)
+    raw = {name: read_decompressed(p) for name, p in files.items()}
+    fp = {name: sha256_bytes(b) for name, b in raw.items()}
+    if expected_fingerprint is not None:
+        for name, want in expected_fingerprint.items():
+            if fp.get(name) != want:
+                raise DataError(
+                    f"{files.get(name, root / name)}: content changed since it was staged "
+                    f"(sha256 {fp.get(name)} != recorded {want}); re-run the data stage"
+                )
+        extra = set(fp) - set(expected_fingerprint)
+        if extra:
+            raise DataError(f"{root}: files not in the staging manifest: {sorted(extra)}")
+    corpus = load_corpus(files[CORPUS], raw.pop(CORPUS))
+    queries = load_queries(files[QUERIES], raw.pop(QUERIES))
+    qrels: dict[str, dict[str, dict[str, int]]] = {}
+    dropped: dict[str, int] = {}
+    for name in sorted(raw):
+        table = load_qrels(files[name], raw[name])
+        n_drop = 0
+        for qid in list(table):
+            if qid not in queries:
+                if on_missing == "error":
+                    raise DataError(f"{files[name]}: query-id {qid!r} is not in {files[QUERIES].name}")
+                n_drop += len(table.pop(qid))
+                continue
+            for did in list(table[qid]):
+                if did not in corpus:
+                    if on_missing == "error":
+                        raise DataError(
+                            f"{files[name]}: corpus-id {did!r} (query {qid!r}) is not in "
+                            f"{files[CORPUS].name}"
+                        )
+                    del table[qid][did]
+                    n_drop += 1
+            if not table[qid]:
+                del table[qid]
+        qrels[name.removeprefix("qrels/").removesuffix(".tsv")] = table
+        if n_drop:
+            dropped[name] = n_drop
+            log.warning("%s: dropped %d qrels rows with unknown ids", files[name], n_drop)
+    return BeirDataset(root, corpus, queries, qrels, fp, dropped)
+
+
+def load_staged(data_dir: str | os.PathLike) -> BeirDataset:
+    """Load a staged dataset, verifying it against its ``source.json`` manifest."""
+    data_dir = Path(data_dir)
+    manifest = read_json(data_dir / "source.json")
+    return load_beir(
+        data_dir, manifest["fingerprint"], on_missing=manifest.get("on_missing", "error")
+    )
+
+
+# --------------------------------------------------------------------------- download
+
+
+def download_zip(
+    url: str,
+    dest: str | os.PathLike,
+    sha256: str | None,
+    timeout: float = 60.0,
+    progress: bool = True,
+) -> str:
+    """Download ``url`` to ``dest`` and verify its sha256 before it appears under ``dest``.
+
+    An unknown hash (``sha256`` None or empty) is refused before any download: BEIR zips are
+    only accepted against a hash kept in the dataset registry.
+    """
+    dest = Path(dest)
+    if not sha256:
+        raise ChecksumError(
+            f"no known sha256 for {url}: refusing to download an unverifiable file. Add the "
+            "official sha256 to config/datasets.yaml (zip_sha256) or point beir_data_dir / "
+            "BEIR_DATA_DIR at a local copy"
+        )
+    from tqdm import tqdm
+
+    h = hashlib.sha256()
+    with atomic_path(dest, suffix=".part") as tmp:
+        try:
+            req = urllib.request.Request(url, headers={"User-Agent": "dive-pipeline"})
+            with urllib.request.urlopen(req, timeout=timeout) as resp, open(tmp, "wb") as out:
+                total = int(resp.headers.get("Content-Length") or 0) or None
+                with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name,
+                          disable=not progress, mininterval=2.0) as bar:
+                    while block := resp.read(1 << 20):
+                        out.write(block)
+                        h.update(block)
+                        bar.update(len(block))
+        except OSError as exc:
+            raise DataError(
+                f"cannot download {url}: {exc}. Without internet, set beir_data_dir in the config "
+                "or the BEIR_DATA_DIR environment variable to a local BEIR directory"
+            ) from exc
+        got = h.hexdigest()
+        if got != sha256:
+            raise ChecksumError(
+                f"{url}: sha256 {got} does not match the known value {sha256}; refused "
+                "(nothing was kept)"
+            )
+    return got
+
+
+def unpack_zip(zip_path: str | os.PathLike, member_dir: str, dest: str | os.PathLike) -> None:
+    """Extract the files under ``member_dir/`` of the zip into ``dest`` (atomically)."""
+    dest = Path(dest)
+    prefix = member_dir.strip("/") + "/"
+    tmp = dest.parent / f".{dest.name}.unpack"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            members = [m for m in zf.namelist() if m.startswith(prefix) and not m.endswith("/")]
+            if not members:
+                raise DataError(f"{zip_path}: no files under {prefix} in the archive")
+            for m in members:
+                rel = m[len(prefix):]
+                if rel.startswith("/") or ".." in Path(rel).parts:
+                    raise DataError(f"{zip_path}: unsafe member path {m!r}")
+                target = tmp / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(m) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out)
+        dest.mkdir(parents=True, exist_ok=True)
+        for item in tmp.iterdir():
+            final = dest / item.name
+            if final.is_dir() and not final.is_symlink():
+                shutil.rmtree(final)
+            elif final.exists() or final.is_symlink():
+                final.unlink()
+            os.replace(item, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- staging
+
+
+def _clear_dataset_files(dest: Path) -> None:
+    for name in (CORPUS, f"{CORPUS}.gz", QUERIES, f"{QUERIES}.gz"):
+        p = dest / name
+        if p.exists() or p.is_symlink():
+            p.unlink()
+    if (dest / "qrels").is_dir():
+        shutil.rmtree(dest / "qrels")
+
+
+def stage_local(src: str | os.PathLike, dest: str | os.PathLike, mode: str = "link") -> None:
+    """Make ``dest`` a BEIR directory whose files are links to (or copies of) ``src``'s."""
+    if mode not in ("link", "copy"):
+        raise ValueError(f"mode must be 'link' or 'copy', not {mode!r}")
+    src, dest = Path(src).resolve(), Path(dest)
+    files = dataset_files(src)
+    dest.mkdir(parents=True, exist_ok=True)
+    _clear_dataset_files(dest)
+    for _, path in files.items():
+        target = dest / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if mode == "link":
+            target.symlink_to(path)
+        else:
+            with atomic_path(target) as tmp:
+                shutil.copyfile(path, tmp)
+
+
+def resolve_local_root(beir_dir: str | os.PathLike, entry: Mapping) -> Path:
+    """Where a dataset lives inside a local BEIR directory (``entry['subdir']``)."""
+    return Path(beir_dir) / entry["subdir"]
+
+
+def stage_dataset(
+    name: str,
+    entry: Mapping,
+    dest: str | os.PathLike,
+    *,
+    local_dir: str | os.PathLike | None = None,
+    zip_path: str | os.PathLike | None = None,
+    mode: str = "link",
+    on_missing: str = "error",
+) -> dict:
+    """Stage dataset ``name`` into ``dest`` and write ``dest/source.json``.
+
+    Exactly one of ``local_dir`` (a local BEIR root) or ``zip_path`` (a verified zip) is used.
+    The staged files are fingerprinted, checked against the registry's known per-file hashes
+    (``entry['files']``, if any) and fully loaded once, so that any corrupt line, bad qrels row
+    or unknown id fails here, at the data stage, with a message naming file and line.
+    """
+    dest = Path(dest)
+    if (local_dir is None) == (zip_path is None):
+        raise ValueError("give exactly one of local_dir or zip_path")
+    if local_dir is not None:
+        src = resolve_local_root(local_dir, entry)
+        if not src.is_dir():
+            raise DataError(
+                f"{src}: dataset {name!r} not found in the local BEIR directory {local_dir}"
+            )
+        stage_local(src, dest, mode)
+        source = {"kind": "local", "path": str(src.resolve()), "mode": mode}
+    else:
+        dest.mkdir(parents=True, exist_ok=True)
+        _clear_dataset_files(dest)
+        unpack_zip(zip_path, entry["subdir"], dest)
+        source = {"kind": "download", "url": entry.get("url"), "zip_sha256": entry.get("zip_sha256")}
+    ds = load_beir(dest, on_missing=on_missing)
+    check_known_hashes(ds.fingerprint, entry.get("files") or {}, str(dest))
+    manifest = {
+        "dataset": name,
+        "source": source,
+        "fingerprint": ds.fingerprint,
+        "on_missing": on_missing,
+        "dropped_qrels_rows": ds.dropped,
+        "counts": {
+            "corpus": len(ds.corpus),
+            "queries": len(ds.queries),
+            "qrels": {k: sum(len(v) for v in t.values()) for k, t in ds.qrels.items()},
+        },
+    }
+    write_json(dest / "source.json", manifest)
+    return manifest
