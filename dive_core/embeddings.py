@@ -1,0 +1,189 @@
+"""HDF5 embedding store: one file per (dataset, backbone).
+
+Layout::
+
+    /corpus/ids      utf-8 strings (n_docs,)
+    /corpus/emb      float32 (n_docs, dim)   backbone output, as produced
+    /queries/ids     utf-8 strings (n_queries,)
+    /queries/emb     float32 (n_queries, dim)
+    attrs            backbone id, dim, instruction, max_length, pooling, precision, device,
+                     source fingerprint (JSON), library versions (JSON), content_sha256
+
+``content_sha256`` hashes ids and matrices, so two files with the same vectors have the same
+fingerprint whatever HDF5 does with its own metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .atomic import atomic_path
+
+log = logging.getLogger(__name__)
+
+
+def content_sha256(parts: Sequence[tuple[Sequence[str], np.ndarray]]) -> str:
+    h = hashlib.sha256()
+    for ids, mat in parts:
+        h.update("\n".join(ids).encode("utf-8"))
+        h.update(b"\0")
+        h.update(np.ascontiguousarray(mat, dtype="<f4").tobytes())
+    return h.hexdigest()
+
+
+def length_sorted_batches(texts: Sequence[str], batch_size: int) -> list[np.ndarray]:
+    """Index batches, longest texts first (padding waste is minimal, OOM shows up at once)."""
+    order = sorted(range(len(texts)), key=lambda i: (-len(texts[i]), i))
+    return [np.asarray(order[i:i + batch_size]) for i in range(0, len(order), batch_size)]
+
+
+def encode_all(
+    encode: Callable[[list[str]], np.ndarray],
+    texts: Sequence[str],
+    dim: int,
+    batch_size: int,
+    desc: str,
+    progress: bool = True,
+) -> np.ndarray:
+    from tqdm import tqdm
+
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    batches = length_sorted_batches(texts, batch_size)
+    with tqdm(total=len(texts), desc=desc, unit="text", disable=not progress,
+              mininterval=5.0) as bar:
+        for idx in batches:
+            vecs = encode([texts[i] for i in idx])
+            if vecs.shape != (len(idx), dim):
+                raise RuntimeError(f"{desc}: encoder returned shape {vecs.shape}, expected {(len(idx), dim)}")
+            if not np.isfinite(vecs).all():
+                raise RuntimeError(f"{desc}: encoder returned non-finite values")
+            out[idx] = vecs
+            bar.update(len(idx))
+    return out
+
+
+def write_embeddings(
+    path: str | Path,
+    doc_ids: Sequence[str],
+    docs: np.ndarray,
+    query_ids: Sequence[str],
+    queries: np.ndarray,
+    attrs: Mapping[str, Any],
+) -> str:
+    import h5py
+
+    sha = content_sha256([(doc_ids, docs), (query_ids, queries)])
+    str_dt = h5py.string_dtype("utf-8")
+    with atomic_path(path, suffix=".h5.tmp") as tmp:
+        with h5py.File(tmp, "w", track_order=True) as f:
+            for group, ids, mat in (("corpus", doc_ids, docs), ("queries", query_ids, queries)):
+                g = f.create_group(group)
+                g.create_dataset("ids", data=np.asarray(list(ids), dtype=object), dtype=str_dt,
+                                 track_times=False)
+                g.create_dataset("emb", data=np.asarray(mat, dtype=np.float32), track_times=False,
+                                 chunks=True, compression="gzip", compression_opts=1, shuffle=True)
+            for k, v in attrs.items():
+                f.attrs[k] = v if isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
+            f.attrs["content_sha256"] = sha
+    return sha
+
+
+@dataclass
+class Embeddings:
+    """Frozen embeddings of one (dataset, backbone); matrices are L2-normalised on load."""
+
+    doc_ids: list[str]
+    docs: np.ndarray
+    query_ids: list[str]
+    queries: np.ndarray
+    attrs: dict[str, Any]
+
+    @property
+    def dim(self) -> int:
+        return int(self.docs.shape[1])
+
+    def doc_index(self) -> dict[str, int]:
+        return {d: i for i, d in enumerate(self.doc_ids)}
+
+    def query_index(self) -> dict[str, int]:
+        return {q: i for i, q in enumerate(self.query_ids)}
+
+    def query_rows(self, qids: Sequence[str]) -> np.ndarray:
+        idx = self.query_index()
+        missing = [q for q in qids if q not in idx]
+        if missing:
+            raise KeyError(f"{len(missing)} queries have no embedding, e.g. {missing[:3]}")
+        return self.queries[[idx[q] for q in qids]]
+
+
+def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.maximum(norms, eps)).astype(np.float32)
+
+
+def read_embeddings(path: str | Path, normalize: bool = True) -> Embeddings:
+    import h5py
+
+    path = Path(path)
+    try:
+        with h5py.File(path, "r") as f:
+            doc_ids = [s.decode() if isinstance(s, bytes) else s for s in f["corpus/ids"][()]]
+            query_ids = [s.decode() if isinstance(s, bytes) else s for s in f["queries/ids"][()]]
+            docs = f["corpus/emb"][()].astype(np.float32)
+            queries = f["queries/emb"][()].astype(np.float32)
+            attrs = {}
+            for k, v in f.attrs.items():
+                v = v.decode() if isinstance(v, bytes) else v
+                if isinstance(v, str) and v[:1] in "{[":
+                    try:
+                        v = json.loads(v)
+                    except json.JSONDecodeError:
+                        pass
+                attrs[k] = v.item() if hasattr(v, "item") else v
+    except (OSError, KeyError) as exc:
+        raise ValueError(f"{path}: not a valid embedding file: {exc}") from exc
+    if normalize:
+        docs, queries = l2_normalize(docs), l2_normalize(queries)
+    return Embeddings(doc_ids, docs, query_ids, queries, attrs)
+
+
+def embed_dataset(
+    backbone,
+    doc_ids: Sequence[str],
+    doc_texts: Sequence[str],
+    query_ids: Sequence[str],
+    query_texts: Sequence[str],
+    out_path: str | Path,
+    batch_size: int,
+    extra_attrs: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Encode corpus and queries with ``backbone`` and write the HDF5 file; returns timings."""
+    t0 = time.perf_counter()
+    docs = encode_all(backbone.encode_docs, doc_texts, backbone.dim, batch_size, "corpus", progress)
+    t1 = time.perf_counter()
+    queries = encode_all(backbone.encode_queries, query_texts, backbone.dim, batch_size, "queries", progress)
+    t2 = time.perf_counter()
+    attrs = {
+        "backbone": backbone.id,
+        "dim": backbone.dim,
+        "device": backbone.device,
+        "document_text": "title + ' ' + text, stripped",
+        "batch_size": batch_size,
+        **backbone.attributes,
+        **(extra_attrs or {}),
+        "seconds_corpus": round(t1 - t0, 3),
+        "seconds_queries": round(t2 - t1, 3),
+    }
+    sha = write_embeddings(out_path, doc_ids, docs, query_ids, queries, attrs)
+    log.info("wrote %s: %d docs, %d queries, dim %d (%.1fs + %.1fs)", out_path, len(doc_ids),
+             len(query_ids), backbone.dim, t1 - t0, t2 - t1)
+    return {"content_sha256": sha, "seconds_corpus": t1 - t0, "seconds_queries": t2 - t1}

@@ -1,0 +1,133 @@
+"""Shared deterministic training triplets (query, positive, negative).
+
+One triplet file per (dataset, backbone, stage); every method and every optimisation seed
+trains on the same file. For each training query and each of its positives (score > 0 in any
+qrels file), ``num_negatives`` negatives are drawn:
+
+* ``random`` (default, Search-Adaptor's published setting): uniformly from the corpus, excluding
+  every document judged relevant for the query and the document whose id equals the query id;
+* ``hard``: from the frozen full-dimension top-``hard_pool`` of the query, minus the same
+  exclusions (topped up with random negatives when the pool runs short).
+
+The random generator of each (query, positive) pair is seeded by
+``sha256(f"{seed}:{query_id}:{positive_id}")`` over the sorted corpus ids, so the triplets do
+not depend on file order, on the order queries are processed, or on anything else.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .atomic import atomic_open
+
+HEADER = ("query_id", "pos_id", "neg_id", "pos_score", "neg_score")
+
+
+def pair_rng(seed: int, query_id: str, pos_id: str) -> np.random.Generator:
+    digest = hashlib.sha256(f"{seed}:{query_id}:{pos_id}".encode("utf-8")).digest()
+    return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:16], "little")))
+
+
+def _draw(rng: np.random.Generator, pool: Sequence[str], excluded: set[str], n: int) -> list[str]:
+    """Up to ``n`` distinct items of ``pool`` not in ``excluded``, in random order."""
+    if n <= 0 or not pool:
+        return []
+    want = min(len(pool), n + len(excluded))
+    picked = [pool[i] for i in rng.choice(len(pool), size=want, replace=False)]
+    out = [d for d in picked if d not in excluded][:n]
+    if len(out) < n and want < len(pool):  # pathological: many exclusions; fall back to a full scan
+        allowed = [d for d in pool if d not in excluded and d not in out]
+        extra = rng.permutation(len(allowed))[: n - len(out)]
+        out += [allowed[i] for i in extra]
+    return out
+
+
+@dataclass
+class Triplets:
+    query_ids: list[str]
+    pos_ids: list[str]
+    neg_ids: list[str]
+    pos_scores: np.ndarray
+    neg_scores: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.query_ids)
+
+
+def build_triplets(
+    qrels: Mapping[str, Mapping[str, int]],
+    train_qids: Sequence[str],
+    doc_ids: Sequence[str],
+    seed: int,
+    num_negatives: int = 10,
+    mode: str = "random",
+    hard_candidates: Mapping[str, Sequence[str]] | None = None,
+) -> Triplets:
+    """Triplets for ``train_qids``; ``qrels`` is the merged ``{qid: {doc: score}}`` table."""
+    if mode not in ("random", "hard"):
+        raise ValueError(f"triplet mode must be 'random' or 'hard', not {mode!r}")
+    if mode == "hard" and hard_candidates is None:
+        raise ValueError("mode 'hard' needs the frozen top-k candidates of each query")
+    pool = sorted(doc_ids)
+    rows: list[tuple[str, str, str, int, int]] = []
+    for qid in train_qids:
+        judged = qrels.get(qid, {})
+        positives = sorted(d for d, s in judged.items() if s > 0)
+        excluded = set(positives) | {qid}
+        for pos in positives:
+            rng = pair_rng(seed, qid, pos)
+            if mode == "hard":
+                cands = [d for d in hard_candidates.get(qid, []) if d not in excluded]
+                negs = _draw(rng, cands, set(), num_negatives)
+                negs += _draw(rng, pool, excluded | set(negs), num_negatives - len(negs))
+            else:
+                negs = _draw(rng, pool, excluded, num_negatives)
+            for neg in negs:
+                rows.append((qid, pos, neg, judged[pos], min(judged.get(neg, 0), 0)))
+    if not rows:
+        raise ValueError("no triplets: the training queries have no positives")
+    q, p, n, ps, ns = zip(*rows)
+    return Triplets(list(q), list(p), list(n), np.asarray(ps, np.float32), np.asarray(ns, np.float32))
+
+
+def write_triplets(path: str | Path, t: Triplets) -> None:
+    with atomic_open(path, "w", encoding="utf-8", newline="") as fh:
+        w = csv.writer(fh, delimiter="\t", lineterminator="\n")
+        w.writerow(HEADER)
+        for row in zip(t.query_ids, t.pos_ids, t.neg_ids, t.pos_scores, t.neg_scores):
+            w.writerow((row[0], row[1], row[2], int(row[3]), int(row[4])))
+
+
+def read_triplets(path: str | Path) -> Triplets:
+    path = Path(path)
+    with open(path, encoding="utf-8", newline="") as fh:
+        r = csv.reader(fh, delimiter="\t")
+        header = next(r, None)
+        if tuple(header or ()) != HEADER:
+            raise ValueError(f"{path}:1: expected header {HEADER}, got {header}")
+        q, p, n, ps, ns = [], [], [], [], []
+        for lineno, row in enumerate(r, start=2):
+            if len(row) != 5:
+                raise ValueError(f"{path}:{lineno}: expected 5 columns, got {len(row)}")
+            try:
+                ps.append(float(row[3]))
+                ns.append(float(row[4]))
+            except ValueError:
+                raise ValueError(f"{path}:{lineno}: scores must be numbers") from None
+            q.append(row[0]); p.append(row[1]); n.append(row[2])
+    return Triplets(q, p, n, np.asarray(ps, np.float32), np.asarray(ns, np.float32))
+
+
+def triplet_stats(t: Triplets) -> dict:
+    return {
+        "triplets": len(t),
+        "queries": len(set(t.query_ids)),
+        "positive_pairs": len(set(zip(t.query_ids, t.pos_ids))),
+        "distinct_negatives": len(set(t.neg_ids)),
+    }
