@@ -1,0 +1,50 @@
+"""The residual MLP adapter shared by every supervised method, and DIVE's head slicing."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ResidualMLP(nn.Module):
+    """``f(z) = z + W2 relu(W1 z + b1) + b2`` with ``W1: d -> r``, ``W2: r -> d``.
+
+    ``W2`` and ``b2`` start at zero, so ``f`` is exactly the identity at initialisation.
+    ``W1``/``b1`` keep PyTorch's default Linear initialisation (drawn from the global RNG,
+    so seed it first).
+    """
+
+    def __init__(self, dim: int, hidden: int = 2048):
+        super().__init__()
+        self.dim, self.hidden = dim, hidden
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim)
+        nn.init.zeros_(self.down.weight)
+        nn.init.zeros_(self.down.bias)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return z + self.down(F.relu(self.up(z)))
+
+
+def check_heads(dim: int, k: int, heads: int) -> None:
+    """DIVE needs ``k * H <= d`` coordinates; anything else is a configuration error."""
+    if k < 1 or heads < 1:
+        raise ValueError(f"k and H must be positive (k={k}, H={heads})")
+    if k * heads > dim:
+        raise ValueError(
+            f"invalid DIVE configuration: k*H = {k}*{heads} = {k * heads} exceeds the embedding "
+            f"dimension d = {dim}; lower the output dimension k or the number of heads H"
+        )
+
+
+def split_heads(z: torch.Tensor, k: int, heads: int) -> torch.Tensor:
+    """Blocks ``z[:, (h-1)k : hk]`` for h = 1..H, each L2-normalised: shape (B, H, k)."""
+    check_heads(z.shape[-1], k, heads)
+    blocks = z[..., : k * heads].reshape(*z.shape[:-1], heads, k)
+    return F.normalize(blocks, dim=-1)
+
+
+def first_head(z: torch.Tensor, k: int) -> torch.Tensor:
+    """The deployed representation: ``normalise(z[:, :k])``."""
+    return F.normalize(z[..., :k], dim=-1)

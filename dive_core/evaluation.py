@@ -1,0 +1,71 @@
+"""Evaluate a compression method: compress corpus and the evaluated role's queries, exact
+inner-product search over the whole corpus, pytrec_eval metrics, per-query rows and the
+summary (overall and on the ``seen`` / ``unseen`` subsets of SPEC section 4)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .atomic import atomic_open
+from .embeddings import Embeddings
+from .metrics import METRICS, evaluate, mean_metrics
+from .retrieval import search
+from .splits import STAGES, eval_queries, role_qrels
+
+
+def evaluate_method(method, emb: Embeddings, manifest: Mapping, stage: str, top_k: int = 100,
+                    use_gpu: bool | str = "auto") -> tuple[dict[str, dict[str, float]], dict]:
+    """Returns ``(per_query, summary)`` for ``method`` on the evaluation role of ``stage``."""
+    role = STAGES[stage]["eval_role"]
+    qids = eval_queries(manifest, stage)
+    t0 = time.perf_counter()
+    docs = method.compress(emb.docs)
+    queries = method.compress(emb.query_rows(qids))
+    t1 = time.perf_counter()
+    run = search(docs, emb.doc_ids, queries, qids, top_k=top_k, use_gpu=use_gpu)
+    t2 = time.perf_counter()
+    per_query = evaluate(role_qrels(manifest, [role]), run)
+    t3 = time.perf_counter()
+    seen_ids = set(manifest["document_overlap"][role]["seen_ids"])
+    seen = [q for q in qids if q in seen_ids]
+    unseen = [q for q in qids if q not in seen_ids]
+    for q in qids:
+        per_query[q]["seen"] = int(q in seen_ids)
+    summary = {
+        "role": role,
+        "n_queries": len(qids),
+        "metrics": mean_metrics(per_query, qids),
+        "subsets": {
+            "seen": {"n_queries": len(seen), "metrics": mean_metrics(per_query, seen) if seen else None},
+            "unseen": {"n_queries": len(unseen), "metrics": mean_metrics(per_query, unseen) if unseen else None},
+        },
+        "dim": int(docs.shape[1]),
+        "top_k": top_k,
+        "timings": {"compress_seconds": t1 - t0, "search_seconds": t2 - t1, "metric_seconds": t3 - t2},
+    }
+    return per_query, summary
+
+
+def write_per_query(path: str | Path, per_query: Mapping[str, Mapping[str, float]],
+                    order: Sequence[str] | None = None) -> None:
+    cols = ("query_id",) + METRICS + ("seen",)
+    with atomic_open(path, "w", encoding="utf-8") as fh:
+        fh.write("\t".join(cols) + "\n")
+        for q in order or sorted(per_query):
+            r = per_query[q]
+            fh.write("\t".join([q] + [f"{r[m]:.6f}" for m in METRICS] + [str(r.get("seen", ""))]) + "\n")
+
+
+def read_per_query(path: str | Path) -> dict[str, dict[str, float]]:
+    path = Path(path)
+    out: dict[str, dict[str, float]] = {}
+    with open(path, encoding="utf-8") as fh:
+        header = fh.readline().rstrip("\n").split("\t")
+        for lineno, line in enumerate(fh, start=2):
+            vals = line.rstrip("\n").split("\t")
+            if len(vals) != len(header):
+                raise ValueError(f"{path}:{lineno}: expected {len(header)} columns, got {len(vals)}")
+            out[vals[0]] = {c: float(v) for c, v in zip(header[1:], vals[1:]) if v != ""}
+    return out

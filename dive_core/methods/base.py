@@ -1,0 +1,202 @@
+"""The one interface every compression method implements, and the method registry.
+
+A method is a class registered under a ``type`` name. It is constructed from the input
+dimension ``d``, the output dimension ``k``, its resolved hyperparameters (from the config;
+the class only lists their names) and the optimisation seed; it can ``fit`` on a
+:class:`~dive_core.training.FitData`, ``compress`` any (n, d) matrix of normalised frozen
+embeddings to L2-normalised (n, k) vectors, and be saved to / loaded from a checkpoint.
+
+Adding a method = one new module in ``dive_core/methods/`` that defines a registered subclass
+(modules are discovered automatically) + one entry under ``methods:`` in the config.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..atomic import atomic_path
+from ..training import FitData, TrainLog, run_epochs, set_seed
+
+CHECKPOINT_FORMAT = "dive-pipeline-checkpoint/1"
+METHODS: dict[str, type["Method"]] = {}
+# Keys a method entry in the config may carry besides its hyperparameters.
+ENTRY_KEYS = {"type", "negatives", "description"}
+
+
+def register(cls: type["Method"]) -> type["Method"]:
+    if not cls.type:
+        raise TypeError(f"{cls.__name__} has no type name")
+    if cls.type in METHODS and METHODS[cls.type] is not cls:
+        raise TypeError(f"method type {cls.type!r} registered twice")
+    METHODS[cls.type] = cls
+    return cls
+
+
+def discover() -> dict[str, type["Method"]]:
+    """Import every module of this package so that each registers its method."""
+    pkg = Path(__file__).parent
+    for mod in pkgutil.iter_modules([str(pkg)]):
+        if not mod.name.startswith("_") and mod.name != "base":
+            importlib.import_module(f"{__package__}.{mod.name}")
+    return METHODS
+
+
+def method_class(type_name: str) -> type["Method"]:
+    discover()
+    if type_name not in METHODS:
+        raise KeyError(f"unknown method type {type_name!r}; known: {sorted(METHODS)}")
+    return METHODS[type_name]
+
+
+def resolve_hparams(name: str, entry: Mapping[str, Any], training: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyperparameters of config entry ``methods.<name>``: its own values, falling back to
+    the shared ``training`` section for names the method declares; missing or unknown keys are
+    errors that name the key."""
+    cls = method_class(entry.get("type", name))
+    unknown = set(entry) - set(cls.hyperparameters) - ENTRY_KEYS
+    if unknown:
+        raise ValueError(
+            f"config methods.{name}: unknown key(s) {sorted(unknown)} for method type "
+            f"{cls.type!r}; it accepts {sorted(cls.hyperparameters)}"
+        )
+    out = {}
+    for key in cls.hyperparameters:
+        if key in entry:
+            out[key] = entry[key]
+        elif key in training:
+            out[key] = training[key]
+        else:
+            raise ValueError(f"config methods.{name}: missing hyperparameter {key!r} (type {cls.type!r})")
+    return out
+
+
+def normalize(x: torch.Tensor) -> torch.Tensor:
+    return F.normalize(x, dim=-1)
+
+
+class Method:
+    type: ClassVar[str] = ""
+    hyperparameters: ClassVar[tuple[str, ...]] = ()
+    #: True if ``fit`` uses relevance labels (triplets); False for label-free methods.
+    supervised: ClassVar[bool] = False
+
+    def __init__(self, d: int, k: int, hparams: Mapping[str, Any] | None = None, seed: int = 0,
+                 device: str = "cpu"):
+        hparams = dict(hparams or {})
+        missing = [h for h in self.hyperparameters if h not in hparams]
+        unknown = [h for h in hparams if h not in self.hyperparameters]
+        if missing or unknown:
+            raise ValueError(f"method {self.type!r}: missing hyperparameters {missing}, unknown {unknown}")
+        if not 1 <= k <= d:
+            raise ValueError(f"method {self.type!r}: output dimension k={k} must be in [1, d={d}]")
+        self.d, self.k, self.hp, self.seed, self.device = d, k, hparams, seed, device
+        self.build()
+
+    # -- to override -------------------------------------------------------------------
+    def build(self) -> None:
+        """Create parameters (called from ``__init__``, after seeding by the caller)."""
+
+    def fit(self, data: FitData, log: TrainLog, progress: bool = True) -> None:
+        """Train on ``data``; default: nothing to learn."""
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        """(n, d) normalised frozen embeddings -> (n, k), before the final normalisation."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        if state:
+            raise ValueError(f"method {self.type!r} has no state, got keys {sorted(state)}")
+
+    # -- shared ------------------------------------------------------------------------
+    @torch.no_grad()
+    def compress(self, x: np.ndarray, batch_size: int = 65536) -> np.ndarray:
+        """L2-normalised (n, k) float32 vectors for (n, d) normalised frozen embeddings."""
+        x = np.asarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.d:
+            raise ValueError(f"{self.type}: expected an (n, {self.d}) matrix, got {x.shape}")
+        out = np.empty((x.shape[0], self.k), dtype=np.float32)
+        for s in range(0, x.shape[0], batch_size):
+            xb = torch.as_tensor(x[s:s + batch_size], device=self.device)
+            out[s:s + batch_size] = normalize(self.transform(xb)).float().cpu().numpy()
+        return out
+
+    def save(self, path: str | Path, meta: Mapping[str, Any] | None = None) -> None:
+        obj = {
+            "format": CHECKPOINT_FORMAT,
+            "type": self.type,
+            "d": self.d,
+            "k": self.k,
+            "seed": self.seed,
+            "hparams": dict(self.hp),
+            "state": {n: t.detach().cpu().contiguous() for n, t in self.state_dict().items()},
+            "meta": dict(meta or {}),
+        }
+        with atomic_path(path, suffix=".pt.tmp") as tmp:
+            torch.save(obj, tmp)
+
+    @staticmethod
+    def load(path: str | Path, device: str = "cpu") -> "Method":
+        try:
+            obj = torch.load(path, map_location=device, weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the file name
+            raise ValueError(f"{path}: cannot read checkpoint: {exc}") from exc
+        if not isinstance(obj, dict) or obj.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
+        m = method_class(obj["type"])(obj["d"], obj["k"], obj["hparams"], obj["seed"], device)
+        m.load_state_dict(obj["state"])
+        m.meta = obj["meta"]
+        return m
+
+
+class TorchMethod(Method):
+    """A method whose parameters live in ``self.net`` (an ``nn.Module``) and that trains with
+    the shared loop over triplet mini-batches; subclasses define ``build`` and ``batch_loss``."""
+
+    supervised = True
+    net: torch.nn.Module
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self.net.state_dict())
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.net.load_state_dict(state)
+
+    def batch_loss(self, data: FitData, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def n_items(self, data: FitData) -> int:
+        """How many items one epoch iterates over (triplets by default)."""
+        return data.n_triplets
+
+    def fit(self, data: FitData, log: TrainLog, progress: bool = True) -> None:
+        self.train_phase(data, log, self.hp["epochs"], self.hp["lr"], self.batch_loss,
+                         self.net.parameters(), progress=progress)
+
+    def train_phase(self, data, log, epochs, lr, loss_fn, params, phase="train", progress=True,
+                    after_step=None) -> None:
+        self.net.to(data.device).train()
+        run_epochs(
+            params, lambda idx: loss_fn(data, idx), self.n_items(data),
+            epochs=int(epochs), batch_size=int(self.hp["batch_size"]), lr=float(lr),
+            weight_decay=float(self.hp["weight_decay"]), seed=self.seed, log_=log,
+            phase=phase, desc=f"{self.type}:{phase}", progress=progress, device=data.device,
+            after_step=after_step,
+        )
+        self.net.eval()
+
+
+def new_method(type_name: str, d: int, k: int, hparams: Mapping[str, Any], seed: int,
+               device: str = "cpu") -> Method:
+    """Seed, then construct (parameter initialisation is part of what the seed fixes)."""
+    set_seed(seed)
+    return method_class(type_name)(d, k, hparams, seed, device)

@@ -1,0 +1,58 @@
+"""DIVE: identity-initialised residual adapter, self-limiting hinge on head 1, head-wise
+multi-positive NT-Xent over H coordinate blocks, Gram geometry distillation (SPEC section 3).
+
+    zt = f(z) = z + W2 relu(W1 z + b1) + b2          (W2, b2 = 0 at init)
+    heads z^[h] = normalise(zt[(h-1)k : hk]),  h = 1..H   (requires k*H <= d)
+    L = L_trip + lambda * L_view + gamma * L_geo
+      L_trip = mean_i max(0, m - (q1.p1 - q1.n1))             (softplus in the ablation)
+      L_view = (L_con(Q) + L_con(P) + L_con(N)) / 3            (MultiPositiveNTXent)
+      L_geo  = mean_{i!=j} SmoothL1((S S^T)_ij, (T T^T)_ij)    S = head 1 of [Q;P;N], T = frozen
+    inference: normalise(zt[:k]) (head 1 only)
+
+Logged per epoch: ``triplet``, ``view`` (= lambda * L_view), ``geo`` (= gamma * L_geo), the
+total, and ``rho`` = fraction of the epoch's triplets with Delta < m (measured in the forward
+pass that trains on them).
+"""
+
+import torch
+from torch import nn
+
+from ..adapters import ResidualMLP, check_heads, first_head, split_heads
+from ..losses import GeometryDistillationLoss, HingeTripletLoss, MultiPositiveNTXent, SoftplusTripletLoss
+from .base import TorchMethod, register
+
+
+@register
+class DIVE(TorchMethod):
+    type = "dive"
+    hyperparameters = ("margin", "lambda_view", "gamma_geo", "tau", "heads", "triplet_loss",
+                       "lr", "epochs", "batch_size", "hidden", "weight_decay")
+
+    def build(self) -> None:
+        check_heads(self.d, self.k, int(self.hp["heads"]))
+        if self.hp["triplet_loss"] not in ("hinge", "softplus"):
+            raise ValueError(f"dive: triplet_loss must be 'hinge' or 'softplus', not {self.hp['triplet_loss']!r}")
+        self.net = nn.ModuleDict({"adapter": ResidualMLP(self.d, int(self.hp["hidden"]))}).to(self.device)
+        loss_cls = HingeTripletLoss if self.hp["triplet_loss"] == "hinge" else SoftplusTripletLoss
+        self.triplet_loss = loss_cls(float(self.hp["margin"]))
+        self.view_loss = MultiPositiveNTXent(float(self.hp["tau"]))
+        self.geo_loss = GeometryDistillationLoss()
+
+    def batch_loss(self, data, idx):
+        q, p, n, _, _ = data.triplet_batch(idx)
+        H, k = int(self.hp["heads"]), self.k
+        lam, gam = float(self.hp["lambda_view"]), float(self.hp["gamma_geo"])
+        f = self.net["adapter"]
+        hq, hp, hn = (split_heads(f(x), k, H) for x in (q, p, n))
+        q1, p1, n1 = hq[:, 0], hp[:, 0], hn[:, 0]
+        trip = self.triplet_loss(q1, p1, n1)
+        zero = trip.new_zeros(())
+        view = (self.view_loss(hq) + self.view_loss(hp) + self.view_loss(hn)) / 3 if lam and H > 1 else zero
+        geo = self.geo_loss(torch.cat([q1, p1, n1]), torch.cat([q, p, n])) if gam else zero
+        with torch.no_grad():
+            rho = self.triplet_loss.active(q1, p1, n1).float().mean()
+        return {"loss": trip + lam * view + gam * geo, "triplet": trip.detach(),
+                "view": (lam * view).detach(), "geo": (gam * geo).detach(), "rho": rho}
+
+    def transform(self, x):
+        return first_head(self.net["adapter"](x), self.k)

@@ -1,0 +1,12 @@
+"""Truncate: ``normalise(z[:k])``, the first k coordinates of the frozen embedding (DIVE's
+starting point, since DIVE's adapter is the identity at initialisation)."""
+
+from .base import Method, register
+
+
+@register
+class Truncate(Method):
+    type = "truncate"
+
+    def transform(self, x):
+        return x[:, : self.k]

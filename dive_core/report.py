@@ -1,0 +1,155 @@
+"""Aggregate result JSONs into tables (TSV + Markdown) and figures (PNG)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from .atomic import atomic_open, atomic_path, read_json
+
+SHOWN = (("ndcg@10", "nDCG@10"), ("recall@10", "R@10"))
+
+
+def collect(paths: Iterable[str | Path]) -> list[dict]:
+    """One flat row per result JSON."""
+    rows = []
+    for p in paths:
+        r = read_json(p)
+        row = {
+            "dataset": r["dataset"], "backbone": r["backbone"], "method": r["method"],
+            "method_type": r["method_type"], "k": r["k"], "stage": r["stage"], "seed": r["seed"],
+            "role": r["role"], "n_queries": r["n_queries"],
+            "train_seconds": r.get("timings", {}).get("train_seconds"),
+        }
+        row.update(r["metrics"])
+        for subset in ("seen", "unseen"):
+            sub = r.get("subsets", {}).get(subset) or {}
+            row[f"{subset}_n"] = sub.get("n_queries", 0)
+            for m, v in (sub.get("metrics") or {}).items():
+                row[f"{subset}_{m}"] = v
+        rows.append(row)
+    return rows
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return float("nan"), float("nan")
+    mean = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return mean, float("nan")
+    var = sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)  # sample standard deviation
+    return mean, math.sqrt(var)
+
+
+def fmt(mean: float, std: float, digits: int = 4) -> str:
+    if math.isnan(mean):
+        return "–"
+    return f"{mean:.{digits}f}" if math.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def summarize(rows: Sequence[Mapping], keys: Sequence[str] = ("dataset", "method"),
+              metrics: Sequence[str] = ("ndcg@10", "recall@10", "recall@100", "mrr@10",
+                                        "seen_ndcg@10", "unseen_ndcg@10", "train_seconds")) -> list[dict]:
+    """Mean and sample std over seeds for each (dataset, method); keeps first-seen order."""
+    groups: dict[tuple, list[Mapping]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    out = []
+    for key, rs in groups.items():
+        s = dict(zip(keys, key))
+        s.update({"method_type": rs[0]["method_type"], "k": rs[0]["k"], "n_seeds": len(rs), "seeds": sorted(r["seed"] for r in rs)})
+        for m in metrics:
+            s[m], s[f"{m}_std"] = mean_std([r.get(m) for r in rs])
+        out.append(s)
+    return out
+
+
+def write_tsv(path: str | Path, rows: Sequence[Mapping]) -> None:
+    cols: list[str] = []
+    for r in rows:
+        cols += [c for c in r if c not in cols]
+    with atomic_open(path, "w", encoding="utf-8") as fh:
+        fh.write("\t".join(cols) + "\n")
+        for r in rows:
+            fh.write("\t".join(_cell(r.get(c)) for c in cols) + "\n")
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def markdown_table(summary: Sequence[Mapping], title: str, methods: Sequence[str],
+                   datasets: Sequence[str]) -> str:
+    """Methods as rows; per dataset nDCG@10 and R@10 as mean ± std over seeds, best compressed
+    method in bold; train time (mean seconds) per dataset."""
+    by = {(s["dataset"], s["method"]): s for s in summary}
+    lines = [f"## {title}", ""]
+    head = ["method", "k"]
+    for ds in datasets:
+        head += [f"{ds} {label}" for _, label in SHOWN] + [f"{ds} train s"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    best = {}
+    for ds in datasets:
+        for m, _ in SHOWN:
+            cands = [(by[(ds, me)][m], me) for me in methods if (ds, me) in by
+                     and by[(ds, me)]["method_type"] != "frozen" and not math.isnan(by[(ds, me)][m])]
+            best[(ds, m)] = max(cands)[1] if cands else None
+    for me in methods:
+        ks = {by[(ds, me)]["k"] for ds in datasets if (ds, me) in by}
+        cells = [me, ",".join(map(str, sorted(ks))) or "–"]
+        for ds in datasets:
+            s = by.get((ds, me))
+            for m, _ in SHOWN:
+                if s is None:
+                    cells.append("–")
+                    continue
+                txt = fmt(s[m], s[f"{m}_std"])
+                cells.append(f"**{txt}**" if best.get((ds, m)) == me else txt)
+            cells.append("–" if s is None or math.isnan(s["train_seconds"]) else f"{s['train_seconds']:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    n_seeds = sorted({s["n_seeds"] for s in summary})
+    lines += ["", f"Mean ± sample standard deviation over seeds ({'/'.join(map(str, n_seeds))} per cell); "
+              "bold: best compressed method (frozen is the uncompressed reference)."]
+    return "\n".join(lines) + "\n"
+
+
+def bar_chart(path: str | Path, summary: Sequence[Mapping], methods: Sequence[str],
+              datasets: Sequence[str], metric: str = "ndcg@10", title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = {(s["dataset"], s["method"]): s for s in summary}
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(methods) * len(datasets) + 2), 4.5), dpi=120)
+    width = 0.8 / max(1, len(methods))
+    for i, me in enumerate(methods):
+        xs, ys, es = [], [], []
+        for j, ds in enumerate(datasets):
+            s = by.get((ds, me))
+            if s is None:
+                continue
+            xs.append(j + (i - (len(methods) - 1) / 2) * width)
+            ys.append(s[metric])
+            es.append(0 if math.isnan(s[f"{metric}_std"]) else s[f"{metric}_std"])
+        ax.bar(xs, ys, width, yerr=es, capsize=3, label=me)
+        for x, y in zip(xs, ys):
+            ax.text(x, y + 0.005, f"{y:.3f}", ha="center", va="bottom", fontsize=7, rotation=90)
+    ax.set_xticks(range(len(datasets)), datasets)
+    ax.set_ylabel(metric)
+    ax.set_title(title or metric)
+    ax.legend(fontsize=8, ncol=min(4, len(methods)), loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)

@@ -1,0 +1,180 @@
+"""The shared training machinery: seeding, data on device, batching, the optimisation loop,
+per-epoch logging. Methods only say what one batch's loss is."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def set_seed(seed: int) -> None:
+    """Seed every RNG in play and ask PyTorch for deterministic kernels."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+@dataclass
+class FitData:
+    """Everything a method may train on, as tensors on one device.
+
+    ``docs``: normalised frozen corpus (N, d); ``queries``: normalised frozen queries (Q, d)
+    (rows indexed by ``t_q``); ``t_q``/``t_p``/``t_n``: triplet indices (query row, positive
+    doc row, negative doc row); ``y_p``/``y_n``: their relevance grades.
+    """
+
+    docs: torch.Tensor
+    queries: torch.Tensor
+    t_q: torch.Tensor
+    t_p: torch.Tensor
+    t_n: torch.Tensor
+    y_p: torch.Tensor
+    y_n: torch.Tensor
+
+    @property
+    def n_triplets(self) -> int:
+        return int(self.t_q.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.docs.device
+
+    def triplet_batch(self, idx: torch.Tensor):
+        """Frozen (q, p, n) embeddings and grades of the triplets ``idx``."""
+        return (self.queries[self.t_q[idx]], self.docs[self.t_p[idx]], self.docs[self.t_n[idx]],
+                self.y_p[idx], self.y_n[idx])
+
+    @classmethod
+    def from_arrays(cls, docs, queries, t_q, t_p, t_n, y_p, y_n, device: str = "cpu") -> "FitData":
+        f = lambda a, dt: torch.as_tensor(np.asarray(a), dtype=dt, device=device)  # noqa: E731
+        return cls(f(docs, torch.float32), f(queries, torch.float32), f(t_q, torch.long),
+                   f(t_p, torch.long), f(t_n, torch.long), f(y_p, torch.float32), f(y_n, torch.float32))
+
+
+@dataclass
+class TrainLog:
+    """Per-epoch rows (dicts); ``phase`` names a training stage for multi-stage methods."""
+
+    rows: list[dict] = field(default_factory=list)
+    on_epoch: Callable[[dict], None] | None = None
+
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
+        if self.on_epoch:
+            self.on_epoch(row)
+
+    def columns(self) -> list[str]:
+        cols: list[str] = []
+        for r in self.rows:
+            cols += [c for c in r if c not in cols]
+        return cols
+
+    def total_seconds(self) -> float:
+        return float(sum(r.get("seconds", 0.0) for r in self.rows))
+
+
+def run_epochs(
+    params: Iterable[torch.nn.Parameter],
+    batch_loss: Callable[[torch.Tensor], Mapping[str, torch.Tensor]],
+    n_items: int,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    weight_decay: float,
+    seed: int,
+    log_: TrainLog,
+    phase: str = "train",
+    desc: str = "train",
+    progress: bool = True,
+    device: torch.device | str = "cpu",
+    after_step: Callable[[], None] | None = None,
+) -> None:
+    """AdamW over shuffled mini-batches of ``range(n_items)`` for ``epochs`` epochs.
+
+    ``batch_loss(idx)`` returns a dict with the scalar to minimise under ``"loss"`` and any
+    other scalars to log (already weighted); every logged value is averaged over the epoch's
+    items (batch means weighted by batch size), so ``rho`` is the fraction of the epoch's
+    triplets that were active. Shuffling uses its own generator seeded by ``seed``.
+    """
+    from tqdm import tqdm
+
+    params = [p for p in params if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    gen = torch.Generator().manual_seed(int(seed))
+    first_epoch = len([r for r in log_.rows]) + 1
+    bar = tqdm(range(epochs), desc=desc, unit="epoch", disable=not progress, mininterval=5.0)
+    for e in bar:
+        t0 = time.perf_counter()
+        sums: dict[str, float] = {}
+        for idx in torch.randperm(n_items, generator=gen).split(batch_size):
+            idx = idx.to(device)
+            out = batch_loss(idx)
+            loss = out["loss"]
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{desc}: non-finite loss at epoch {e + 1}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if after_step:
+                after_step()
+            w = len(idx)
+            for key, val in out.items():
+                sums[key] = sums.get(key, 0.0) + float(val.detach()) * w
+        row = {"epoch": first_epoch + e, "phase": phase}
+        row.update({k: v / n_items for k, v in sums.items() if k != "loss"})
+        row["total"] = sums["loss"] / n_items
+        row["seconds"] = time.perf_counter() - t0
+        log_.add(row)
+        bar.set_postfix(loss=f"{row['total']:.4f}")
+    bar.close()
+
+
+def write_log_tsv(path, log_: TrainLog) -> None:
+    """The per-epoch log as TSV (written atomically); floats with 6 significant digits."""
+    from .atomic import atomic_open
+
+    cols = log_.columns() or ["epoch", "phase", "total", "seconds"]
+    with atomic_open(path, "w", encoding="utf-8") as fh:
+        fh.write("\t".join(cols) + "\n")
+        for r in log_.rows:
+            vals = []
+            for c in cols:
+                v = r.get(c, "")
+                vals.append(f"{v:.6g}" if isinstance(v, float) else str(v))
+            fh.write("\t".join(vals) + "\n")
+
+
+def fit_data(emb, train_qids: Sequence[str], triplets_path=None, device: str = "cpu") -> FitData:
+    """FitData for one training stage: the whole corpus, only the stage's training queries
+    (evaluated queries never reach a method's ``fit``), and the triplets mapped to rows."""
+    from .triplets import read_triplets
+
+    queries = emb.query_rows(list(train_qids))
+    if triplets_path is None:
+        empty = np.zeros(0, dtype=np.int64)
+        return FitData.from_arrays(emb.docs, queries, empty, empty, empty, empty, empty, device)
+    t = read_triplets(triplets_path)
+    qrow = {q: i for i, q in enumerate(train_qids)}
+    drow = emb.doc_index()
+    try:
+        tq = [qrow[q] for q in t.query_ids]
+    except KeyError as exc:
+        raise ValueError(f"{triplets_path}: query {exc.args[0]!r} is not a training query of this stage") from None
+    try:
+        tp = [drow[d] for d in t.pos_ids]
+        tn = [drow[d] for d in t.neg_ids]
+    except KeyError as exc:
+        raise ValueError(f"{triplets_path}: document {exc.args[0]!r} has no embedding") from None
+    return FitData.from_arrays(emb.docs, queries, tq, tp, tn, t.pos_scores, t.neg_scores, device)
