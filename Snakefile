@@ -1,0 +1,28 @@
+# DIVE pipeline: supervised compression of frozen text embeddings, reproduced against its
+# baselines on BEIR. This file only loads and validates the configuration, includes the
+# stages and defines `all`; see README.md for the artifact layout.
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "config/schema/config.schema.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/splits.smk"
+include: "rules/embeddings.smk"
+include: "rules/triplets.smk"
+include: "rules/train.smk"
+include: "rules/evaluate.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

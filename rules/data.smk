@@ -1,0 +1,52 @@
+# Stage 1 - data: fetch the official BEIR zip (sha256-checked) or link a local BEIR copy.
+
+
+def zip_entry(zipname):
+    for name, entry in REGISTRY.items():
+        if entry.get("zip") == zipname:
+            return entry
+    raise ValueError(f"no dataset in {config['dataset_registry']} uses zip {zipname!r}")
+
+
+def staging_input(wildcards):
+    entry = registry_entry(wildcards.dataset)
+    if LOCAL_BEIR or entry.get("local_only"):
+        return []  # read from the local BEIR directory (config beir_data_dir / $BEIR_DATA_DIR)
+    return ZIP.format(zipname=entry["zip"])
+
+
+rule download_beir:
+    output:
+        ZIP,
+    params:
+        url=lambda wc: zip_entry(wc.zipname)["url"],
+        sha256=lambda wc: zip_entry(wc.zipname).get("zip_sha256"),
+    log:
+        "logs/download_beir/{zipname}.log",
+    benchmark:
+        "logs/download_beir/{zipname}.bench.tsv"
+    conda:
+        "../envs/data.yaml"
+    resources:
+        downloads=1,
+    script:
+        "../workflow_scripts/download_beir.py"
+
+
+rule stage_beir:
+    input:
+        staging_input,
+    output:
+        SOURCE,
+    params:
+        entry=lambda wc: registry_entry(wc.dataset),
+        mode=config["beir_local_mode"],
+        on_missing=config["on_missing_qrels_ids"],
+    log:
+        "logs/stage_beir/{dataset}.log",
+    benchmark:
+        "logs/stage_beir/{dataset}.bench.tsv"
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/stage_beir.py"

@@ -1,0 +1,46 @@
+# Stage 6 - evaluation: compress, exact search over the whole corpus, pytrec_eval metrics.
+
+
+rule evaluate:
+    input:
+        checkpoint=CHECKPOINT,
+        train_log=TRAIN_LOG,
+        embeddings=EMBEDDINGS,
+        splits=SPLITS,
+    output:
+        result=EVAL_JSON,
+        per_query=PER_QUERY,
+    params:
+        top_k=config["evaluation"]["top_k"],
+        config_snapshot=lambda wc: {
+            "backbone": backbone_spec(wc.backbone),
+            "split": config["split"],
+            "triplets": config["triplets"],
+            "training": config["training"],
+            "method_entry": method_entry(wc.method),
+            "evaluation": config["evaluation"],
+        },
+    threads: config["threads"]["evaluate"]
+    log:
+        "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
+    benchmark:
+        "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.bench.tsv"
+    conda:
+        "../envs/train-gpu.yaml"
+    script:
+        "../workflow_scripts/evaluate.py"
+
+
+rule headline_result:
+    """results/{dataset}/{method}/seed{seed}.json: the held-out result (default backbone,
+    final stage, primary dimension), copied from its canonical run directory."""
+    input:
+        headline_eval,
+    output:
+        HEADLINE,
+    log:
+        "logs/headline_result/{dataset}/{method}/seed{seed}.log",
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/headline.py"

@@ -1,0 +1,29 @@
+# Stage 4 - triplets: shared deterministic (query, positive, negative) triplets per stage.
+
+
+def triplet_inputs(wildcards):
+    inputs = {"source": SOURCE.format(**wildcards), "splits": SPLITS.format(**wildcards)}
+    if wildcards.negatives == "hard":  # negatives mined from the frozen top-k of this backbone
+        inputs["embeddings"] = EMBEDDINGS.format(**wildcards)
+    return inputs
+
+
+rule triplets:
+    input:
+        unpack(triplet_inputs),
+    output:
+        tsv=TRIPLETS,
+        meta=TRIPLETS.replace(".tsv", ".json"),
+    params:
+        seed=config["split"]["seed"],
+        num_negatives=config["triplets"]["num_negatives"],
+        hard_pool=lambda wc: config["triplets"]["hard_pool"] if wc.negatives == "hard" else None,
+    threads: 1
+    log:
+        "logs/triplets/{dataset}/{backbone}/{stage}-{negatives}.log",
+    benchmark:
+        "logs/triplets/{dataset}/{backbone}/{stage}-{negatives}.bench.tsv"
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/triplets.py"

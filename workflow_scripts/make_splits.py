@@ -1,0 +1,13 @@
+"""Rule make_splits: staged dataset -> split manifest JSON."""
+from pathlib import Path
+
+from dive_core import data, runlog, splits
+from dive_core.atomic import write_json
+
+log = runlog.setup(snakemake.log[0])
+ds = data.load_staged(Path(snakemake.input[0]).parent)
+manifest = splits.make_manifest(ds, snakemake.wildcards.dataset, int(snakemake.params.seed),
+                                tuple(snakemake.params.fractions))
+write_json(snakemake.output[0], manifest)
+log.info("split %s: %s; seen/total per role: %s", snakemake.wildcards.dataset, manifest["counts"],
+         {r: f"{v['n_seen']}/{v['n_queries']}" for r, v in manifest["document_overlap"].items()})
