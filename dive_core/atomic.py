@@ -12,6 +12,19 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where possible (``os.umask`` both sets and
+    returns it, which is racy with threads)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` on success.
@@ -28,6 +41,8 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp creates the file 0600; give the result the mode a plain open() would have
+        os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

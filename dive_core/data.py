@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import json
 import logging
 import os
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 
 CORPUS = "corpus.jsonl"
 QUERIES = "queries.jsonl"
+# Third-column names that mark the first line of a qrels file as a header. Any other
+# non-integer score, on any line, is an error (a bad first data row is not silently skipped).
+QRELS_HEADER_SCORE_NAMES = frozenset({"score", "relevance", "rel", "label", "grade"})
 
 
 class DataError(ValueError):
@@ -109,7 +113,7 @@ def check_known_hashes(fp: Mapping[str, str], known: Mapping[str, str], where: s
         got = fp.get(name)
         if got is None:
             raise DataError(f"{where}: expected file {name} is missing")
-        if got != want:
+        if got != str(want).strip().lower():
             raise ChecksumError(
                 f"{where}/{name}: sha256 {got} differs from the known official value {want}; "
                 "the file is not the official release (refusing to use it)"
@@ -119,9 +123,26 @@ def check_known_hashes(fp: Mapping[str, str], known: Mapping[str, str], where: s
 # --------------------------------------------------------------------------- loaders
 
 
+def _lines(path: Path, data: bytes) -> list[str]:
+    """The file's text lines: split on ``\n`` only (a trailing ``\r`` is dropped).
+
+    ``str.splitlines`` is not used: it also splits on U+2028, U+0085, form feeds and other
+    characters that JSON allows unescaped inside strings, which would break a valid record in
+    two and shift every following line number.
+    """
+    try:
+        text = data.decode("utf-8-sig", errors="strict") if data else ""
+    except UnicodeDecodeError as exc:
+        lineno = data.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def _parse_jsonl(path: Path, data: bytes, required: Iterable[str]) -> Iterable[tuple[int, dict]]:
-    text = data.decode("utf-8-sig", errors="strict") if data else ""
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(_lines(path, data), start=1):
         if not line.strip():
             continue
         try:
@@ -133,6 +154,8 @@ def _parse_jsonl(path: Path, data: bytes, required: Iterable[str]) -> Iterable[t
         for key in required:
             if key not in obj:
                 raise DataError(f"{path}:{lineno}: missing key {key!r}")
+        if "_id" in required and (obj["_id"] is None or str(obj["_id"]).strip() == ""):
+            raise DataError(f"{path}:{lineno}: empty _id")
         yield lineno, obj
 
 
@@ -170,7 +193,7 @@ def load_qrels(path: Path, data: bytes | None = None) -> dict[str, dict[str, int
     qrels: dict[str, dict[str, int]] = {}
     seen_at: dict[tuple[str, str], int] = {}
     first = True
-    for lineno, raw in enumerate(data.decode("utf-8-sig").splitlines(), start=1):
+    for lineno, raw in enumerate(_lines(path, data), start=1):
         line = raw.strip()
         if not line:
             continue
@@ -184,7 +207,7 @@ def load_qrels(path: Path, data: bytes | None = None) -> dict[str, dict[str, int
         try:
             score = int(score_s)
         except ValueError:
-            if is_first:
+            if is_first and score_s.lower() in QRELS_HEADER_SCORE_NAMES:
                 continue  # header line, e.g. "query-id  corpus-id  score"
             raise DataError(f"{path}:{lineno}: score {score_s!r} is not an integer") from None
         key = (qid, did)
@@ -300,6 +323,8 @@ def load_beir(
 def load_staged(data_dir: str | os.PathLike) -> BeirDataset:
     """Load a staged dataset, verifying it against its ``source.json`` manifest."""
     data_dir = Path(data_dir)
+    if not (data_dir / "source.json").is_file():
+        raise DataError(f"{data_dir}: no source.json: the dataset is not staged; run the data stage")
     manifest = read_json(data_dir / "source.json")
     return load_beir(
         data_dir, manifest["fingerprint"], on_missing=manifest.get("on_missing", "error")
@@ -342,13 +367,13 @@ def download_zip(
                         out.write(block)
                         h.update(block)
                         bar.update(len(block))
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             raise DataError(
                 f"cannot download {url}: {exc}. Without internet, set beir_data_dir in the config "
                 "or the BEIR_DATA_DIR environment variable to a local BEIR directory"
             ) from exc
         got = h.hexdigest()
-        if got != sha256:
+        if got != sha256.strip().lower():
             raise ChecksumError(
                 f"{url}: sha256 {got} does not match the known value {sha256}; refused "
                 "(nothing was kept)"
@@ -442,6 +467,10 @@ def stage_dataset(
     dest = Path(dest)
     if (local_dir is None) == (zip_path is None):
         raise ValueError("give exactly one of local_dir or zip_path")
+    # a stale manifest must not survive a failed re-staging (it would vouch for other files)
+    stale = dest / "source.json"
+    if stale.exists() or stale.is_symlink():
+        stale.unlink()
     if local_dir is not None:
         src = resolve_local_root(local_dir, entry)
         if not src.is_dir():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from fractions import Fraction
 from typing import Iterable, Mapping, Sequence
 
 from .data import BeirDataset
@@ -34,6 +35,11 @@ def rank_key(seed: int, query_id: str) -> str:
     return hashlib.sha256(f"{seed}:{query_id}".encode("utf-8")).hexdigest()
 
 
+def _exact(f: float) -> Fraction:
+    """The decimal value a fraction was written as (``0.7`` -> ``7/10``)."""
+    return Fraction(repr(float(f)))
+
+
 def split_ids(
     query_ids: Iterable[str], seed: int, fractions: Sequence[float] = (0.6, 0.2, 0.2)
 ) -> dict[str, list[str]]:
@@ -42,8 +48,10 @@ def split_ids(
         raise ValueError(f"split fractions must be three non-negative numbers summing to 1, got {fractions}")
     ids = sorted(set(query_ids), key=lambda q: (rank_key(seed, q), q))
     n = len(ids)
-    n_train = math.floor(fractions[0] * n)
-    n_val = math.floor(fractions[1] * n)
+    # floor(f * n) in exact arithmetic on the fraction as written (0.7 -> 7/10): binary floats
+    # would give floor(0.7 * 90) = floor(62.99999999999999) = 62 instead of 63.
+    n_train = math.floor(_exact(fractions[0]) * n)
+    n_val = math.floor(_exact(fractions[1]) * n)
     return {
         "train": ids[:n_train],
         "validation": ids[n_train:n_train + n_val],

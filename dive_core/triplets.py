@@ -74,16 +74,19 @@ def build_triplets(
         raise ValueError(f"triplet mode must be 'random' or 'hard', not {mode!r}")
     if mode == "hard" and hard_candidates is None:
         raise ValueError("mode 'hard' needs the frozen top-k candidates of each query")
-    pool = sorted(doc_ids)
+    pool = sorted(set(doc_ids))
     rows: list[tuple[str, str, str, int, int]] = []
-    for qid in train_qids:
+    # sorted: the file (and so every batch order drawn from it) must not depend on the order
+    # the training queries were listed in; a query listed twice is used once
+    for qid in sorted(set(train_qids)):
         judged = qrels.get(qid, {})
         positives = sorted(d for d, s in judged.items() if s > 0)
         excluded = set(positives) | {qid}
         for pos in positives:
             rng = pair_rng(seed, qid, pos)
             if mode == "hard":
-                cands = [d for d in hard_candidates.get(qid, []) if d not in excluded]
+                # a uniform draw from the pool: sorted so it does not depend on its listing order
+                cands = sorted({d for d in hard_candidates.get(qid, []) if d not in excluded})
                 negs = _draw(rng, cands, set(), num_negatives)
                 negs += _draw(rng, pool, excluded | set(negs), num_negatives - len(negs))
             else:

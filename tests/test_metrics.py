@@ -1,0 +1,217 @@
+"""Metrics against trec_eval's own test files, hand-computed MRR@10, and exact search."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dive_core.metrics import METRICS, evaluate, mean_metrics
+from dive_core.retrieval import search
+
+REPO = Path(__file__).resolve().parents[1]
+TREC = Path(os.environ.get("TREC_EVAL_TEST_DIR", REPO / ".." / "shared" / "data" / "trec_eval")).resolve()
+
+OURS = {"ndcg_cut_10": "ndcg@10", "recall_10": "recall@10", "recall_100": "recall@100"}
+
+
+def _need_trec():
+    if not (TREC / "qrels.test").is_file():
+        pytest.skip(f"trec_eval test files not found at {TREC}")
+
+
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = defaultdict(dict)
+    for line in path.read_text().splitlines():
+        if line.strip():
+            q, _, d, r = line.split()
+            qrels[q][d] = int(r)
+    return dict(qrels)
+
+
+def read_run(path: Path) -> dict[str, dict[str, float]]:
+    run: dict[str, dict[str, float]] = defaultdict(dict)
+    for line in path.read_text().splitlines():
+        if line.strip():
+            q, _, d, _rank, score, _tag = line.split()
+            assert d not in run[q]
+            run[q][d] = float(score)
+    return dict(run)
+
+
+def read_out(path: Path) -> dict[tuple[str, str], str]:
+    """``{(measure, query or 'all'): value string}`` of a trec_eval output file."""
+    out = {}
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            out[(parts[0], parts[1])] = parts[2]
+    return out
+
+
+@pytest.fixture(scope="module")
+def trec():
+    _need_trec()
+    qrels, run = read_qrels(TREC / "qrels.test"), read_run(TREC / "results.test")
+    return qrels, run, evaluate(qrels, run)
+
+
+def test_trec_eval_files_look_as_documented():
+    _need_trec()
+    qrels, run = read_qrels(TREC / "qrels.test"), read_run(TREC / "results.test")
+    assert sorted(qrels) == sorted(run) == ["301", "302", "303"]
+    assert [len(run[q]) for q in ("301", "302", "303")] == [500, 500, 500]
+    # the run does contain score ties, so the tie rule is exercised
+    assert any(len(set(r.values())) < len(r) for r in run.values())
+
+
+@pytest.mark.parametrize("measure", sorted(OURS))
+def test_per_query_matches_out_test_aq(trec, measure):
+    _, _, per_query = trec
+    out = read_out(TREC / "out.test.aq")
+    for q in ("301", "302", "303"):
+        assert f"{per_query[q][OURS[measure]]:.4f}" == out[(measure, q)], (measure, q)
+
+
+@pytest.mark.parametrize("measure", sorted(OURS))
+def test_mean_matches_out_test_a(trec, measure):
+    _, _, per_query = trec
+    mean = mean_metrics(per_query)
+    for name in ("out.test.a", "out.test.aq"):
+        out = read_out(TREC / name)
+        assert out[("num_q", "all")] == "3"
+        assert f"{mean[OURS[measure]]:.4f}" == out[(measure, "all")], (name, measure)
+
+
+def test_readme_ndcg_figures(trec):
+    _, _, per_query = trec
+    assert [round(per_query[q]["ndcg@10"], 4) for q in ("301", "302", "303")] == [0.1518, 0.7530, 0.0]
+    assert round(mean_metrics(per_query)["ndcg@10"], 4) == 0.3016
+
+
+def test_mrr_at_10_is_recip_rank_cut_at_10(trec):
+    _, run, per_query = trec
+    out = read_out(TREC / "out.test.aq")
+    # first relevant doc within the top 10: identical to trec_eval's uncut recip_rank
+    assert f"{per_query['301']['mrr@10']:.4f}" == out[("recip_rank", "301")] == "0.1667"
+    assert f"{per_query['302']['mrr@10']:.4f}" == out[("recip_rank", "302")] == "1.0000"
+    # 303's first relevant doc is at rank 19 (recip_rank 0.0526): 0 after the cut at 10
+    assert out[("recip_rank", "303")] == "0.0526"
+    assert per_query["303"]["mrr@10"] == 0.0
+
+
+# --------------------------------------------------------------------------- hand-computed
+
+
+def test_mrr_hand_computed():
+    qrels = {"a": {"d3": 1}, "b": {"d1": 0, "d9": 2}, "c": {"x": 1}}
+    run = {
+        "a": {"d1": 0.9, "d2": 0.8, "d3": 0.7, "d4": 0.1},      # rank 3 -> 1/3
+        "b": {f"e{i}": 1.0 - i / 100 for i in range(10)} | {"d9": 0.5, "d1": 2.0},  # d9 rank 12
+        "c": {"x": 0.1},                                       # rank 1 -> 1
+    }
+    pq = evaluate(qrels, run)
+    assert pq["a"]["mrr@10"] == pytest.approx(1 / 3)
+    assert pq["b"]["mrr@10"] == 0.0
+    assert pq["c"]["mrr@10"] == 1.0
+    assert pq["c"]["ndcg@10"] == 1.0 and pq["c"]["recall@10"] == 1.0
+
+
+def test_ties_broken_by_doc_id_descending():
+    run = {"q": {"a": 1.0, "b": 1.0, "c": 0.5}}
+    # tie a/b at 1.0: trec_eval ranks "b" before "a"
+    assert evaluate({"q": {"a": 1}}, run)["q"]["mrr@10"] == 0.5
+    assert evaluate({"q": {"b": 1}}, run)["q"]["mrr@10"] == 1.0
+    # nDCG with the same tie: relevant "a" at rank 2 -> 1/log2(3)
+    assert evaluate({"q": {"a": 1}}, run)["q"]["ndcg@10"] == pytest.approx(1 / math.log2(3))
+
+
+def test_tie_at_the_cutoff():
+    # 9 clear leaders, then "d_a" and "d_z" tied at the 10th place: "d_z" wins the tie (id
+    # descending), so a relevant "d_a" is at rank 11 -> 0, a relevant "d_z" at rank 10 -> 0.1
+    run = {"q": {f"top{i}": 10.0 - i for i in range(9)} | {"d_a": 0.5, "d_z": 0.5}}
+    assert evaluate({"q": {"d_a": 1}}, run)["q"]["mrr@10"] == 0.0
+    assert evaluate({"q": {"d_z": 1}}, run)["q"]["mrr@10"] == pytest.approx(0.1)
+    assert evaluate({"q": {"d_a": 1}}, run)["q"]["recall@10"] == 0.0
+    assert evaluate({"q": {"d_z": 1}}, run)["q"]["recall@10"] == 1.0
+    assert evaluate({"q": {"d_a": 1}}, run)["q"]["recall@100"] == 1.0
+
+
+def test_graded_ndcg_and_recall_denominator():
+    qrels = {"q": {"a": 2, "b": 1, "c": 1, "z": 0}}
+    run = {"q": {"b": 3.0, "a": 2.0, "x": 1.0}}
+    pq = evaluate(qrels, run)["q"]
+    dcg = 1 / math.log2(2) + 2 / math.log2(3)
+    idcg = 2 / math.log2(2) + 1 / math.log2(3) + 1 / math.log2(4)
+    assert pq["ndcg@10"] == pytest.approx(dcg / idcg)
+    assert pq["recall@10"] == pytest.approx(2 / 3)  # c was never retrieved: still counted
+    assert pq["mrr@10"] == 1.0
+
+
+def test_queries_without_retrieved_docs_score_zero():
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 1}}
+    run = {"q1": {"a": 1.0}, "q3": {}, "unjudged": {"a": 1.0}}
+    pq = evaluate(qrels, run)
+    assert sorted(pq) == ["q1", "q2", "q3"]
+    assert pq["q1"] == {m: 1.0 for m in METRICS}
+    assert pq["q2"] == {m: 0.0 for m in METRICS}
+    assert pq["q3"] == {m: 0.0 for m in METRICS}
+    assert mean_metrics(pq)["ndcg@10"] == pytest.approx(1 / 3)
+    assert mean_metrics(pq, ["q1"])["recall@10"] == 1.0
+    assert all(math.isnan(v) for v in mean_metrics(pq, []).values())
+
+
+# --------------------------------------------------------------------------- search
+
+
+def _data(seed=0, n_docs=60, n_q=7, d=16):
+    rng = np.random.default_rng(seed)
+    docs = rng.standard_normal((n_docs, d)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    queries = rng.standard_normal((n_q, d)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    return docs, [f"doc{i}" for i in range(n_docs)], queries, [f"q{i}" for i in range(n_q)]
+
+
+def test_search_equals_bruteforce():
+    docs, dids, qs, qids = _data()
+    run = search(docs, dids, qs, qids, top_k=10, use_gpu=False, batch_size=3)
+    scores = qs @ docs.T
+    for i, q in enumerate(qids):
+        order = np.argsort(-scores[i], kind="stable")[:10]
+        assert list(run[q]) == [dids[j] for j in order]
+        np.testing.assert_allclose(list(run[q].values()), scores[i, order], rtol=1e-5, atol=1e-6)
+    assert list(run) == qids
+
+
+def test_search_drops_self_hit_and_keeps_top_k():
+    docs, dids, qs, qids = _data(seed=1)
+    # query "doc5" is identical to document "doc5": its best hit, which must be dropped
+    qs2 = np.vstack([docs[5:6], qs[:2]])
+    qids2 = ["doc5", "q0", "q1"]
+    run = search(docs, dids, qs2, qids2, top_k=10, use_gpu=False)
+    scores = qs2 @ docs.T
+    full = [dids[j] for j in np.argsort(-scores[0], kind="stable")]
+    assert full[0] == "doc5"
+    assert list(run["doc5"]) == full[1:11]
+    assert len(run["doc5"]) == 10
+    for i, q in enumerate(qids2[1:], start=1):
+        assert list(run[q]) == [dids[j] for j in np.argsort(-scores[i], kind="stable")[:10]]
+    # without the exclusion the self hit stays
+    run2 = search(docs, dids, qs2, qids2, top_k=10, use_gpu=False, exclude_self=False)
+    assert list(run2["doc5"]) == full[:10]
+
+
+def test_search_top_k_larger_than_corpus_and_dim_mismatch():
+    docs, dids, qs, qids = _data(n_docs=5)
+    run = search(docs, dids, qs, qids, top_k=100, use_gpu=False)
+    assert all(len(r) == 5 for r in run.values())
+    qids_self = ["doc2"] + qids[1:]
+    run = search(docs, dids, qs, qids_self, top_k=100, use_gpu=False)
+    assert len(run["doc2"]) == 4 and "doc2" not in run["doc2"]
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        search(docs, dids, qs[:, :8], qids, use_gpu=False)
