@@ -35,6 +35,16 @@ def pick_device(preference: str = "auto") -> str:
     return preference
 
 
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def _check_precision(backbone_id: str, precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"backbone {backbone_id!r}: precision must be one of {PRECISIONS}, "
+                         f"got {precision!r}")
+    return precision
+
+
 def _autocast(device: str, precision: str):
     import torch
 
@@ -78,9 +88,12 @@ class SentenceTransformerBackbone(Backbone):
         self.model = SentenceTransformer(path, device=device)
         if spec.get("max_length"):
             self.model.max_seq_length = int(spec["max_length"])
-        self.precision = spec.get("precision", "fp32")
+        self.precision = _check_precision(backbone_id, spec.get("precision") or "fp32")
         self._torch = torch
-        dim = int(self.model.get_sentence_embedding_dimension())
+        # sentence-transformers >= 5 renamed get_sentence_embedding_dimension
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or \
+            self.model.get_sentence_embedding_dimension
+        dim = int(get_dim())
         super().__init__(
             backbone_id,
             dim,
@@ -97,6 +110,8 @@ class SentenceTransformerBackbone(Backbone):
         )
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
         with self._torch.inference_mode(), _autocast(self.device, self.precision):
             out = self.model.encode(
                 list(texts),
@@ -118,7 +133,8 @@ class LLM2VecBackbone(Backbone):
         import torch
         from llm2vec import LLM2Vec
 
-        precision = spec.get("precision") or ("bf16" if device.startswith("cuda") else "fp32")
+        precision = _check_precision(
+            backbone_id, spec.get("precision") or ("bf16" if device.startswith("cuda") else "fp32"))
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         kwargs: dict[str, Any] = {
             "pooling_mode": spec.get("pooling", "mean"),
@@ -146,6 +162,7 @@ class LLM2VecBackbone(Backbone):
                 "family": "llm2vec",
                 "model": spec["base_model"],
                 "peft_model": spec.get("peft_model") or "",
+                "merge_peft": bool(spec.get("merge_peft", False)),
                 "max_length": kwargs["max_length"],
                 "doc_max_length": int(self.model.doc_max_length),
                 "pooling": kwargs["pooling_mode"],
@@ -155,6 +172,8 @@ class LLM2VecBackbone(Backbone):
         )
 
     def _run(self, items: list) -> np.ndarray:
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
         out = self.model.encode(
             items, batch_size=max(1, len(items)), show_progress_bar=False,
             convert_to_numpy=True, device=self.device,

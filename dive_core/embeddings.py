@@ -8,6 +8,7 @@ Layout::
     /queries/emb     float32 (n_queries, dim)
     attrs            backbone id, dim, instruction, max_length, pooling, precision, device,
                      source fingerprint (JSON), library versions (JSON), content_sha256
+                     json_attrs: JSON list of the attributes stored as JSON strings
 
 ``content_sha256`` hashes ids and matrices, so two files with the same vectors have the same
 fingerprint whatever HDF5 does with its own metadata.
@@ -60,14 +61,29 @@ def encode_all(
     with tqdm(total=len(texts), desc=desc, unit="text", disable=not progress,
               mininterval=5.0) as bar:
         for idx in batches:
-            vecs = encode([texts[i] for i in idx])
+            vecs = np.asarray(encode([texts[i] for i in idx]))
             if vecs.shape != (len(idx), dim):
                 raise RuntimeError(f"{desc}: encoder returned shape {vecs.shape}, expected {(len(idx), dim)}")
+            # check after the float32 cast: float64 values beyond float32 range become inf
+            vecs = vecs.astype(np.float32)
             if not np.isfinite(vecs).all():
                 raise RuntimeError(f"{desc}: encoder returned non-finite values")
             out[idx] = vecs
             bar.update(len(idx))
     return out
+
+
+JSON_ATTRS = "json_attrs"  # file attribute listing the attributes stored as JSON
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"attribute value of type {type(o).__name__} is not JSON serialisable")
 
 
 def write_embeddings(
@@ -80,6 +96,30 @@ def write_embeddings(
 ) -> str:
     import h5py
 
+    doc_ids, query_ids = list(doc_ids), list(query_ids)
+    for name, ids, mat in (("corpus", doc_ids, docs), ("queries", query_ids, queries)):
+        mat = np.asarray(mat)
+        if mat.ndim != 2 or mat.shape[0] != len(ids):
+            raise ValueError(f"{name}: {len(ids)} ids but embedding matrix of shape {mat.shape}")
+    if np.asarray(docs).shape[1] != np.asarray(queries).shape[1]:
+        raise ValueError(f"corpus dim {np.asarray(docs).shape[1]} != queries dim "
+                         f"{np.asarray(queries).shape[1]}")
+    # Non-scalar attributes are stored as JSON strings; their names are listed in JSON_ATTRS so
+    # that reading decodes exactly those (a plain string that happens to be valid JSON stays a
+    # string). numpy scalars are stored as their Python value.
+    plain: dict[str, Any] = {}
+    json_keys: list[str] = []
+    for k, v in attrs.items():
+        if k == JSON_ATTRS:
+            raise ValueError(f"attribute name {JSON_ATTRS!r} is reserved")
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, (str, int, float, bool)):
+            plain[k] = v
+        else:
+            plain[k] = json.dumps(v, sort_keys=True, default=_json_default)
+            json_keys.append(k)
+
     sha = content_sha256([(doc_ids, docs), (query_ids, queries)])
     str_dt = h5py.string_dtype("utf-8")
     with atomic_path(path, suffix=".h5.tmp") as tmp:
@@ -90,8 +130,9 @@ def write_embeddings(
                                  track_times=False)
                 g.create_dataset("emb", data=np.asarray(mat, dtype=np.float32), track_times=False,
                                  chunks=True, compression="gzip", compression_opts=1, shuffle=True)
-            for k, v in attrs.items():
-                f.attrs[k] = v if isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
+            for k, v in plain.items():
+                f.attrs[k] = v
+            f.attrs[JSON_ATTRS] = json.dumps(json_keys)
             f.attrs["content_sha256"] = sha
     return sha
 
@@ -139,17 +180,27 @@ def read_embeddings(path: str | Path, normalize: bool = True) -> Embeddings:
             query_ids = [s.decode() if isinstance(s, bytes) else s for s in f["queries/ids"][()]]
             docs = f["corpus/emb"][()].astype(np.float32)
             queries = f["queries/emb"][()].astype(np.float32)
-            attrs = {}
-            for k, v in f.attrs.items():
-                v = v.decode() if isinstance(v, bytes) else v
-                if isinstance(v, str) and v[:1] in "{[":
-                    try:
-                        v = json.loads(v)
-                    except json.JSONDecodeError:
-                        pass
-                attrs[k] = v.item() if hasattr(v, "item") else v
+            raw = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
     except (OSError, KeyError) as exc:
         raise ValueError(f"{path}: not a valid embedding file: {exc}") from exc
+    json_keys = raw.pop(JSON_ATTRS, None)
+    if json_keys is not None:
+        json_keys = set(json.loads(json_keys))
+    attrs: dict[str, Any] = {}
+    for k, v in raw.items():
+        if json_keys is not None:
+            if k in json_keys:
+                v = json.loads(v)
+        elif isinstance(v, str) and v[:1] in ("{", "["):  # files written before JSON_ATTRS
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError:
+                pass
+        attrs[k] = v.item() if isinstance(v, np.generic) else v
+    if docs.ndim != 2 or queries.ndim != 2 or len(doc_ids) != len(docs) \
+            or len(query_ids) != len(queries) or docs.shape[1] != queries.shape[1]:
+        raise ValueError(f"{path}: not a valid embedding file: {len(doc_ids)} doc ids / "
+                         f"{docs.shape} docs, {len(query_ids)} query ids / {queries.shape} queries")
     if normalize:
         docs, queries = l2_normalize(docs), l2_normalize(queries)
     return Embeddings(doc_ids, docs, query_ids, queries, attrs)
@@ -167,6 +218,11 @@ def embed_dataset(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Encode corpus and queries with ``backbone`` and write the HDF5 file; returns timings."""
+    for name, ids, texts in (("corpus", doc_ids, doc_texts), ("queries", query_ids, query_texts)):
+        if len(ids) != len(texts):
+            raise ValueError(f"{name}: {len(ids)} ids but {len(texts)} texts")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{name}: duplicate ids")
     t0 = time.perf_counter()
     docs = encode_all(backbone.encode_docs, doc_texts, backbone.dim, batch_size, "corpus", progress)
     t1 = time.perf_counter()

