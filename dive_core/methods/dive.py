@@ -17,7 +17,7 @@ pass that trains on them).
 import torch
 from torch import nn
 
-from ..adapters import ResidualMLP, check_heads, first_head, split_heads
+from ..adapters import ResidualMLP, check_heads, split_heads
 from ..losses import GeometryDistillationLoss, HingeTripletLoss, MultiPositiveNTXent, SoftplusTripletLoss
 from .base import TorchMethod, register
 
@@ -55,4 +55,4 @@ class DIVE(TorchMethod):
                 "view": (lam * view).detach(), "geo": (gam * geo).detach(), "rho": rho}
 
     def transform(self, x):
-        return first_head(self.net["adapter"](x), self.k)
+        return self.net["adapter"](x)[:, : self.k]  # head 1; compress() normalises it

@@ -1,0 +1,61 @@
+"""Structural facts of the residual adapter and of DIVE's heads."""
+
+import pytest
+import torch
+
+from dive_core.adapters import ResidualMLP, check_heads, first_head, split_heads
+
+
+def test_adapter_is_identity_at_init():
+    torch.manual_seed(0)
+    f = ResidualMLP(384, 2048)
+    z = torch.nn.functional.normalize(torch.randn(50, 384), dim=-1)
+    assert torch.equal(f(z), z)  # exactly, not approximately
+    assert torch.count_nonzero(f.down.weight) == 0 and torch.count_nonzero(f.down.bias) == 0
+    assert torch.count_nonzero(f.up.weight) > 0  # W1 is initialised, only W2/b2 are zero
+
+
+def test_adapter_parameter_count():
+    # |theta| = d r + r + r d + d (SPEC / paper: 2*4096*2048 + 2048 + 4096 ~ 16.8M)
+    f = ResidualMLP(4096, 2048)
+    assert sum(p.numel() for p in f.parameters()) == 2 * 4096 * 2048 + 2048 + 4096
+
+
+def test_adapter_leaves_identity_after_a_step():
+    torch.manual_seed(0)
+    f = ResidualMLP(8, 16)
+    z = torch.randn(4, 8)
+    opt = torch.optim.SGD(f.parameters(), lr=0.1)
+    (f(z) ** 2).sum().backward()
+    opt.step()
+    assert not torch.equal(f(z), z)
+
+
+def test_split_heads_slices_and_normalises():
+    z = torch.arange(1.0, 13.0).reshape(1, 12)  # d=12
+    heads = split_heads(z, k=3, heads=3)
+    assert heads.shape == (1, 3, 3)
+    for h in range(3):
+        block = z[0, 3 * h: 3 * h + 3]
+        assert torch.allclose(heads[0, h], block / block.norm())
+    assert torch.allclose(heads.norm(dim=-1), torch.ones(1, 3))
+    # coordinates beyond k*H (here 9..11) are unused
+    z2 = z.clone()
+    z2[0, 9:] = -100
+    assert torch.equal(split_heads(z2, 3, 3), heads)
+
+
+def test_first_head_is_deployed_representation():
+    z = torch.randn(5, 12)
+    assert torch.allclose(first_head(z, 3), split_heads(z, 3, 4)[:, 0])
+
+
+@pytest.mark.parametrize("k,h,d", [(64, 8, 384), (100, 4, 384), (2049, 1, 2048)])
+def test_heads_exceeding_dimension_are_rejected(k, h, d):
+    with pytest.raises(ValueError, match=r"k\*H = .* exceeds the embedding dimension d"):
+        check_heads(d, k, h)
+
+
+def test_heads_fitting_exactly_are_accepted():
+    check_heads(384, 96, 4)
+    check_heads(4096, 128, 8)

@@ -1,0 +1,159 @@
+"""The method interface and the spine's methods: frozen, truncate, PCA, DIVE."""
+
+import numpy as np
+import pytest
+import torch
+
+from dive_core.methods import Method, method_class, new_method, resolve_hparams
+from dive_core.training import TrainLog
+from synthetic import FAST, make_problem
+
+DIVE_HP = dict(margin=0.7, lambda_view=0.01, gamma_geo=10.0, tau=0.1, heads=4,
+               triplet_loss="hinge", lr=3e-3, **FAST)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    torch.set_num_threads(1)
+    return make_problem()
+
+
+def fit(method, problem):
+    log = TrainLog()
+    method.fit(problem.train, log, progress=False)
+    return log
+
+
+def assert_unit_rows(x, k):
+    assert x.shape[1] == k and x.dtype == np.float32
+    assert np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+
+
+def test_registry_knows_spine_methods():
+    for name in ("frozen", "truncate", "pca", "dive"):
+        assert method_class(name).type == name
+    with pytest.raises(KeyError, match="unknown method type 'nope'"):
+        method_class("nope")
+
+
+def test_frozen_is_normalised_identity(problem):
+    m = new_method("frozen", problem.d, problem.d, {}, 0)
+    out = m.compress(problem.docs)
+    assert np.allclose(out, problem.docs / np.linalg.norm(problem.docs, axis=1, keepdims=True), atol=1e-6)
+    with pytest.raises(ValueError, match="uncompressed"):
+        new_method("frozen", problem.d, 8, {}, 0)
+
+
+def test_truncate_keeps_first_k_coordinates(problem):
+    x = problem.docs[:5]
+    out = new_method("truncate", problem.d, 8, {}, 0).compress(x)
+    expected = x[:, :8] / np.linalg.norm(x[:, :8], axis=1, keepdims=True)
+    assert np.allclose(out, expected, atol=1e-6)
+    assert_unit_rows(out, 8)
+
+
+def test_pca_fits_corpus_subspace(problem):
+    m = new_method("pca", problem.d, problem.k, {}, 0)
+    before = problem.score(m)
+    log = fit(m, problem)
+    assert problem.score(m) > before + 0.3  # recovers the 8-d signal subspace
+    assert log.rows[0]["explained_variance"] > 0.5
+    out = m.compress(problem.docs)
+    assert_unit_rows(out, problem.k)
+    # components orthonormal; the projection of the centred corpus matches numpy's SVD subspace
+    c = m.components.double()
+    assert torch.allclose(c.T @ c, torch.eye(problem.k, dtype=torch.float64), atol=1e-5)
+
+
+def test_dive_identity_at_init_equals_truncate(problem):
+    dive = new_method("dive", problem.d, problem.k, DIVE_HP, 0)
+    trunc = new_method("truncate", problem.d, problem.k, {}, 0)
+    assert np.array_equal(dive.compress(problem.docs), trunc.compress(problem.docs))
+
+
+def test_dive_training_improves_validation_and_logs_terms(problem):
+    m = new_method("dive", problem.d, problem.k, DIVE_HP, 0)
+    before = problem.score(m)
+    log = fit(m, problem)
+    after = problem.score(m)
+    assert after > before + 0.3, (before, after)
+    assert_unit_rows(m.compress(problem.val_queries), problem.k)
+    cols = log.columns()
+    for c in ("epoch", "triplet", "view", "geo", "rho", "total", "seconds"):
+        assert c in cols
+    assert [r["epoch"] for r in log.rows] == list(range(1, FAST["epochs"] + 1))
+    first, last = log.rows[0], log.rows[-1]
+    assert 0 <= last["rho"] < first["rho"] <= 1  # fewer active triplets as training proceeds
+    for r in log.rows:  # total is the sum of the logged weighted terms
+        assert r["total"] == pytest.approx(r["triplet"] + r["view"] + r["geo"], rel=1e-5)
+
+
+def test_dive_loss_weights(problem):
+    """batch_loss combines L_trip + lambda L_view + gamma L_geo with the configured weights."""
+    m = new_method("dive", problem.d, problem.k, DIVE_HP, 0)
+    idx = torch.arange(16)
+    out = m.batch_loss(problem.train, idx)
+    m2 = new_method("dive", problem.d, problem.k, {**DIVE_HP, "lambda_view": 0.02, "gamma_geo": 5.0}, 0)
+    out2 = m2.batch_loss(problem.train, idx)
+    assert out2["view"].item() == pytest.approx(2 * out["view"].item(), rel=1e-6)
+    assert out2["geo"].item() == pytest.approx(0.5 * out["geo"].item(), rel=1e-6)
+    assert out2["triplet"].item() == pytest.approx(out["triplet"].item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("variant", [{"triplet_loss": "softplus"}, {"lambda_view": 0.0},
+                                     {"gamma_geo": 0.0}, {"heads": 2}])
+def test_dive_ablations_train(problem, variant):
+    m = new_method("dive", problem.d, problem.k, {**DIVE_HP, **variant, "epochs": 2}, 0)
+    log = fit(m, problem)
+    if variant.get("lambda_view") == 0.0:
+        assert all(r["view"] == 0.0 for r in log.rows)
+    if variant.get("gamma_geo") == 0.0:
+        assert all(r["geo"] == 0.0 for r in log.rows)
+
+
+def test_dive_rejects_too_many_heads(problem):
+    with pytest.raises(ValueError, match=r"k\*H = 8\*8 = 64 exceeds the embedding dimension d = 32"):
+        new_method("dive", problem.d, 8, {**DIVE_HP, "heads": 8}, 0)
+
+
+def test_dive_is_deterministic_per_seed(problem):
+    hp = {**DIVE_HP, "epochs": 2}
+    runs = []
+    for seed in (0, 0, 1):
+        m = new_method("dive", problem.d, problem.k, hp, seed)
+        log = fit(m, problem)
+        runs.append((m.compress(problem.docs), [r["total"] for r in log.rows]))
+    assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    assert not np.array_equal(runs[0][0], runs[2][0])
+
+
+@pytest.mark.parametrize("name,k", [("frozen", 32), ("truncate", 8), ("pca", 8), ("dive", 8)])
+def test_checkpoint_round_trip(problem, tmp_path, name, k):
+    hp = {**DIVE_HP, "epochs": 1} if name == "dive" else {}
+    m = new_method(name, problem.d, k, hp, 3)
+    fit(m, problem)
+    path = tmp_path / "model.pt"
+    m.save(path, meta={"note": "x"})
+    loaded = Method.load(path)
+    assert loaded.type == name and loaded.k == k and loaded.seed == 3 and loaded.meta == {"note": "x"}
+    assert np.array_equal(loaded.compress(problem.docs), m.compress(problem.docs))
+
+
+def test_checkpoint_rejects_foreign_file(tmp_path):
+    p = tmp_path / "x.pt"
+    torch.save({"weights": torch.zeros(2)}, p)
+    with pytest.raises(ValueError, match="not a dive-pipeline-checkpoint"):
+        Method.load(p)
+
+
+def test_hparams_come_from_config_and_errors_name_the_key():
+    training = {"epochs": 50, "batch_size": 128, "hidden": 2048, "weight_decay": 0.01}
+    entry = {"type": "dive", "margin": 0.7, "lambda_view": 0.01, "gamma_geo": 10, "tau": 0.1,
+             "heads": 4, "triplet_loss": "hinge", "lr": 2e-4}
+    hp = resolve_hparams("dive", entry, training)
+    assert hp["epochs"] == 50 and hp["margin"] == 0.7
+    assert resolve_hparams("dive", {**entry, "epochs": 3}, training)["epochs"] == 3  # entry wins
+    with pytest.raises(ValueError, match=r"methods\.dive: missing hyperparameter 'tau'"):
+        resolve_hparams("dive", {k: v for k, v in entry.items() if k != "tau"}, training)
+    with pytest.raises(ValueError, match=r"methods\.dive: unknown key\(s\) \['mragin'\]"):
+        resolve_hparams("dive", {**entry, "mragin": 1}, training)
