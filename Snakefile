@@ -1,15 +1,19 @@
 # DIVE pipeline: supervised compression of frozen text embeddings, reproduced against its
 # baselines on BEIR. This file only loads and validates the configuration, includes the
 # stages and defines `all`; see README.md for the artifact layout.
+import os
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# Relative to this file, so that `--directory elsewhere` still finds the defaults; any
+# --configfile / --config given on the command line is merged on top.
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
-validate(config, "config/schema/config.schema.yaml")
+validate(config, os.path.join(workflow.basedir, "config", "schema", "config.schema.yaml"))
 
 
 include: "rules/common.smk"

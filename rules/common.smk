@@ -83,8 +83,29 @@ def headline_eval(wildcards):
     )
 
 
+def run_artifacts(dataset, backbone, method, k, stage, seed):
+    """Every artifact behind one evaluation, from the staged data to the per-query TSV."""
+    w = dict(dataset=dataset, backbone=backbone, method=method, k=k, stage=stage, seed=seed)
+    files = [SOURCE.format(**w), SPLITS.format(**w), EMBEDDINGS.format(**w)]
+    if needs_triplets(method):
+        tsv = TRIPLETS.format(negatives=dcfg.method_negatives(config, method), **w)
+        files += [tsv, tsv.replace(".tsv", ".json")]
+    files += [p.format(**w) for p in (CHECKPOINT, TRAIN_LOG, EVAL_JSON, PER_QUERY)]
+    return files
+
+
 def all_targets():
+    """The experiments' results and tables, plus every intermediate artifact behind them:
+    Snakemake ignores a deleted intermediate file while its downstream targets exist, so
+    naming them all here makes `all` rebuild a deleted artifact and everything after it."""
     exp = dcfg.experiment(config, "main")
-    targets = expand(HEADLINE, dataset=exp["datasets"], method=exp["methods"], seed=exp["seeds"])
+    bb = config["backbone"]
+    targets = []
+    for ds in exp["datasets"]:
+        for m in exp["methods"]:
+            k = dcfg.method_k(config, bb, m, "primary")
+            for seed in exp["seeds"]:
+                targets += run_artifacts(ds, bb, m, k, "final", seed)
+                targets.append(HEADLINE.format(dataset=ds, method=m, seed=seed))
     targets.append("results/tables/main.md")
-    return targets
+    return list(dict.fromkeys(targets))

@@ -1,0 +1,137 @@
+"""End to end: the Snakemake workflow on the real scifact-tiny subset (config/test.yaml),
+run in a temporary working directory. Skipped, with the reason, if the shared BEIR copy that
+holds `_derived/scifact-tiny` is not present."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.workflow
+
+REPO = Path(__file__).resolve().parent.parent
+BEIR = Path(os.environ.get("BEIR_DATA_DIR") or REPO.parent / "shared" / "data" / "beir")
+TINY = BEIR / "_derived" / "scifact-tiny"
+if not TINY.is_dir():
+    pytest.skip(f"shared BEIR data not found at {TINY} (set BEIR_DATA_DIR)", allow_module_level=True)
+
+METHODS = ("frozen", "truncate", "pca", "dive")
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BEIR_DATA_DIR": str(BEIR)}
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+           "--directory", str(workdir), "--configfile", str(REPO / "config" / "test.yaml"),
+           "--cores", "2", *args]
+    proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=1200)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def planned_jobs(workdir: Path, *targets: str) -> dict[str, int]:
+    """Rule -> job count that a dry run would execute."""
+    out = snakemake(workdir, "-n", *targets)
+    text = out.stdout + out.stderr
+    if "Nothing to be done" in text:
+        return {}
+    stats = text.split("Job stats:")[1]
+    jobs = {}
+    for line in stats.splitlines()[3:]:
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        if m.group(1) != "total":
+            jobs[m.group(1)] = int(m.group(2))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("wf")
+    snakemake(wd, "all")
+    return wd
+
+
+def test_every_stage_artifact_exists(workdir):
+    run = "results/scifact-tiny/minilm/{m}/k{k}/final/seed2027"
+    expected = [
+        "data/beir/scifact-tiny/source.json",
+        "results/scifact-tiny/splits.json",
+        "results/scifact-tiny/minilm/embeddings.h5",
+        "results/scifact-tiny/minilm/triplets/final-random.tsv",
+        "results/scifact-tiny/minilm/triplets/final-random.json",
+        "results/tables/main.md",
+        "results/tables/main.tsv",
+        "results/figures/main_ndcg10.png",
+    ]
+    for m in METHODS:
+        k = 384 if m == "frozen" else 64
+        expected += [f"{run.format(m=m, k=k)}/{f}" for f in ("model.pt", "train_log.tsv", "eval.json", "per_query.tsv")]
+        expected.append(f"results/scifact-tiny/{m}/seed2027.json")
+        expected.append(f"logs/train/scifact-tiny/minilm/{m}/k{k}/final/seed2027.log")
+    missing = [p for p in expected if not (workdir / p).is_file()]
+    assert not missing, missing
+    # nothing half-written anywhere
+    assert not [p for p in workdir.rglob("*.tmp")], "temporary files left behind"
+
+
+def test_result_json_is_sane(workdir):
+    split = json.loads((workdir / "results/scifact-tiny/splits.json").read_text())
+    assert split["counts"] == {"train": 30, "validation": 10, "test": 10}  # 50 judged queries
+    for m in METHODS:
+        r = json.loads((workdir / f"results/scifact-tiny/{m}/seed2027.json").read_text())
+        assert (r["dataset"], r["method"], r["stage"], r["role"], r["seed"]) == ("scifact-tiny", m, "final", "test", 2027)
+        assert r["n_queries"] == 10 and r["k"] == (384 if m == "frozen" else 64)
+        for name in ("ndcg@10", "recall@10", "recall@100", "mrr@10"):
+            assert 0.0 <= r["metrics"][name] <= 1.0
+        assert r["metrics"]["recall@100"] >= r["metrics"]["recall@10"]
+        assert r["metrics"]["ndcg@10"] > 0.3  # frozen MiniLM on SciFact is far from random
+        sub = r["subsets"]
+        assert sub["seen"]["n_queries"] + sub["unseen"]["n_queries"] == 10
+        fp = r["fingerprints"]
+        assert set(fp["source"]) == {"corpus.jsonl", "queries.jsonl", "qrels/test.tsv"}
+        assert re.fullmatch(r"[0-9a-f]{64}", fp["checkpoint_sha256"])
+        assert r["versions"]["torch"] and r["config"]["split"]["seed"] == 2027
+        per_query = (workdir / r["artifacts"]["per_query"]).read_text().splitlines()
+        assert len(per_query) == 11 and per_query[0].startswith("query_id\tndcg@10")
+    dive = json.loads((workdir / "results/scifact-tiny/dive/seed2027.json").read_text())
+    assert dive["fingerprints"]["triplets_sha256"] and dive["config"]["hparams"]["epochs"] == 3
+    log = (workdir / dive["artifacts"]["train_log"]).read_text().splitlines()
+    assert log[0].split("\t") == ["epoch", "phase", "triplet", "view", "geo", "rho", "total", "seconds"]
+    assert len(log) == 1 + 3
+
+
+def test_rerun_does_nothing(workdir):
+    assert planned_jobs(workdir, "all") == {}
+
+
+def test_deleting_an_artifact_reruns_only_its_dependents(workdir):
+    (workdir / "results/scifact-tiny/minilm/dive/k64/final/seed2027/model.pt").unlink()
+    assert planned_jobs(workdir, "all") == {"train": 1, "evaluate": 1, "headline_result": 1,
+                                            "table_main": 1, "all": 1}
+    snakemake(workdir, "all")
+    assert planned_jobs(workdir, "all") == {}
+
+
+def test_single_target_builds_only_what_it_needs(tmp_path):
+    assert planned_jobs(tmp_path, "results/scifact-tiny/dive/seed2027.json") == {
+        "stage_beir": 1, "make_splits": 1, "embed": 1, "triplets": 1, "train": 1, "evaluate": 1,
+        "headline_result": 1}
+
+
+def test_bad_config_is_reported_with_its_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("methods:\n  dive:\n    mragin: 0.7\n")
+    proc = snakemake(tmp_path, "--configfile", str(REPO / "config" / "test.yaml"), str(bad), "-n", check=False)
+    assert proc.returncode != 0
+    assert "methods.dive: unknown key(s) ['mragin']" in proc.stdout + proc.stderr
+    bad.write_text("training:\n  epochs: -1\n")
+    proc = snakemake(tmp_path, "--configfile", str(REPO / "config" / "test.yaml"), str(bad), "-n", check=False)
+    assert proc.returncode != 0 and "epochs" in proc.stdout + proc.stderr
