@@ -78,10 +78,31 @@ def method_negatives(config: Mapping, method: str) -> str:
 
 
 def experiment(config: Mapping, name: str) -> dict:
-    exp = dict(config.get("experiments", {}).get(name) or {})
+    """An experiment with its defaults filled in: all configured datasets and seeds, the
+    ``final`` stage (test queries) and the ``primary`` dimension."""
+    exps = config.get("experiments") or {}
+    if name not in exps:
+        raise ConfigError(f"config: no experiment {name!r} under experiments: (have {sorted(exps)})")
+    exp = dict(exps[name])
     exp.setdefault("datasets", list(config["datasets"]))
     exp.setdefault("seeds", list(config["seeds"]))
+    exp.setdefault("stage", "final")
+    exp.setdefault("dim", "primary")
+    exp.setdefault("enabled", True)
     return exp
+
+
+def enabled_experiments(config: Mapping) -> list[str]:
+    return [n for n in (config.get("experiments") or {}) if experiment(config, n)["enabled"]]
+
+
+def experiment_runs(config: Mapping, name: str) -> list[dict]:
+    """The (dataset, backbone, method, k, stage, seed) runs of an experiment (default backbone)."""
+    exp = experiment(config, name)
+    bb = config["backbone"]
+    return [dict(dataset=ds, backbone=bb, method=m, k=method_k(config, bb, m, exp["dim"]),
+                 stage=exp["stage"], seed=seed)
+            for ds in exp["datasets"] for m in exp["methods"] for seed in exp["seeds"]]
 
 
 def check(config: Mapping, registry: Mapping[str, dict], deep: bool = True) -> None:

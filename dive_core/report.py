@@ -11,11 +11,10 @@ from .atomic import atomic_open, atomic_path, read_json
 SHOWN = (("ndcg@10", "nDCG@10"), ("recall@10", "R@10"))
 
 
-def collect(paths: Iterable[str | Path]) -> list[dict]:
-    """One flat row per result JSON."""
+def collect(results: Iterable[Mapping]) -> list[dict]:
+    """One flat row per result (a loaded result JSON)."""
     rows = []
-    for p in paths:
-        r = read_json(p)
+    for r in results:
         row = {
             "dataset": r["dataset"], "backbone": r["backbone"], "method": r["method"],
             "method_type": r["method_type"], "k": r["k"], "stage": r["stage"], "seed": r["seed"],
@@ -153,3 +152,94 @@ def bar_chart(path: str | Path, summary: Sequence[Mapping], methods: Sequence[st
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------- significance
+
+
+def paired_randomization(a: Sequence[float], b: Sequence[float], n_resamples: int = 10000,
+                         seed: int = 0) -> float:
+    """Two-sided paired randomization (sign-flip) test of mean(a - b) = 0; returns the p-value
+    with the +1 correction ``(1 + #{|mean*| >= |mean|}) / (1 + n_resamples)``."""
+    import numpy as np
+
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if d.size == 0:
+        return float("nan")
+    observed = abs(d.mean())
+    rng = np.random.default_rng(seed)
+    signs = rng.choice((-1.0, 1.0), size=(n_resamples, d.size))
+    means = np.abs((signs * d).mean(axis=1))
+    return float((1 + np.count_nonzero(means >= observed - 1e-15)) / (1 + n_resamples))
+
+
+def per_query_means(paths: Iterable[str | Path], metric: str) -> dict[str, float]:
+    """Per-query ``metric`` averaged over several per-query TSVs (one per seed)."""
+    from .evaluation import read_per_query
+
+    sums: dict[str, list[float]] = {}
+    for p in paths:
+        for q, row in read_per_query(p).items():
+            sums.setdefault(q, []).append(row[metric])
+    return {q: sum(v) / len(v) for q, v in sums.items()}
+
+
+def significance_rows(results: Sequence[Mapping], reference_type: str = "dive",
+                      metrics: Sequence[str] = ("ndcg@10", "recall@10")) -> list[dict]:
+    """For each dataset and each method of type ``reference_type``: the best other compressed
+    method (by mean over seeds) and a paired randomization test on per-query scores averaged
+    over seeds. ``results`` are result JSON dicts (with ``artifacts.per_query``)."""
+    by: dict[tuple[str, str], list[Mapping]] = {}
+    for r in results:
+        by.setdefault((r["dataset"], r["method"]), []).append(r)
+    out = []
+    for ds in dict.fromkeys(r["dataset"] for r in results):
+        methods = [m for (d, m) in by if d == ds]
+        refs = [m for m in methods if by[(ds, m)][0]["method_type"] == reference_type]
+        others = [m for m in methods if by[(ds, m)][0]["method_type"] not in (reference_type, "frozen")]
+        for ref in refs:
+            for metric in metrics:
+                if not others:
+                    continue
+                mean = {m: mean_std([r["metrics"][metric] for r in by[(ds, m)]])[0] for m in others}
+                best = max(others, key=lambda m: mean[m])
+                a = per_query_means([r["artifacts"]["per_query"] for r in by[(ds, ref)]], metric)
+                b = per_query_means([r["artifacts"]["per_query"] for r in by[(ds, best)]], metric)
+                qs = sorted(set(a) & set(b))
+                diff = sum(a[q] - b[q] for q in qs) / len(qs) if qs else float("nan")
+                out.append({"dataset": ds, "metric": metric, "method": ref, "baseline": best,
+                            "n_queries": len(qs), "mean_diff": diff,
+                            "p_value": paired_randomization([a[q] for q in qs], [b[q] for q in qs])})
+    return out
+
+
+def significance_markdown(rows: Sequence[Mapping]) -> str:
+    if not rows:
+        return ""
+    lines = ["", "### Paired significance", "",
+             "Method vs the best other compressed method of each dataset (by mean over seeds); "
+             "per-query scores averaged over seeds; two-sided paired randomization test, "
+             "10,000 sign flips.", "",
+             "| dataset | metric | method | best other | Δ mean | p | queries |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['metric']} | {r['method']} | {r['baseline']} | "
+                     f"{r['mean_diff']:+.4f} | {r['p_value']:.4f} | {r['n_queries']} |")
+    return "\n".join(lines) + "\n"
+
+
+def seen_unseen_markdown(summary: Sequence[Mapping], methods: Sequence[str], datasets: Sequence[str]) -> str:
+    """nDCG@10 on the `seen` / `unseen` subsets (SPEC section 4: document overlap)."""
+    by = {(s["dataset"], s["method"]): s for s in summary}
+    head = ["method"] + [f"{ds} {sub}" for ds in datasets for sub in ("seen", "unseen")]
+    lines = ["", "### Document overlap: nDCG@10 on seen / unseen evaluated queries", "",
+             "`seen`: the query has a relevant document that is a positive of some training query "
+             "of the stage; `unseen`: it has none (where geometry preservation is really tested).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for me in methods:
+        cells = [me]
+        for ds in datasets:
+            s = by.get((ds, me))
+            for sub in ("seen", "unseen"):
+                cells.append("–" if s is None else fmt(s[f"{sub}_ndcg@10"], s[f"{sub}_ndcg@10_std"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

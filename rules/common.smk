@@ -30,6 +30,7 @@ wildcard_constraints:
     seed=r"\d+",
     stage=r"select|final",
     negatives=r"random|hard",
+    experiment=r"[A-Za-z0-9][A-Za-z0-9_.+-]*",
 
 
 # ---- artifact paths (documented in README.md) ---------------------------------------------
@@ -44,6 +45,7 @@ TRAIN_LOG = RUN_DIR + "/train_log.tsv"
 EVAL_JSON = RUN_DIR + "/eval.json"
 PER_QUERY = RUN_DIR + "/per_query.tsv"
 HEADLINE = "results/{dataset}/{method}/seed{seed}.json"
+TABLE = "results/tables/{experiment}.md"
 LOGS = "logs/{rule}/{name}.log"
 
 
@@ -95,17 +97,15 @@ def run_artifacts(dataset, backbone, method, k, stage, seed):
 
 
 def all_targets():
-    """The experiments' results and tables, plus every intermediate artifact behind them:
-    Snakemake ignores a deleted intermediate file while its downstream targets exist, so
-    naming them all here makes `all` rebuild a deleted artifact and everything after it."""
-    exp = dcfg.experiment(config, "main")
-    bb = config["backbone"]
+    """Every enabled experiment's table, the headline copies of `main`, and every intermediate
+    artifact behind them: Snakemake ignores a deleted intermediate file while its downstream
+    targets exist, so naming them all here makes `all` rebuild a deleted artifact and
+    everything after it."""
     targets = []
-    for ds in exp["datasets"]:
-        for m in exp["methods"]:
-            k = dcfg.method_k(config, bb, m, "primary")
-            for seed in exp["seeds"]:
-                targets += run_artifacts(ds, bb, m, k, "final", seed)
-                targets.append(HEADLINE.format(dataset=ds, method=m, seed=seed))
-    targets.append("results/tables/main.md")
+    for name in dcfg.enabled_experiments(config):
+        for run in dcfg.experiment_runs(config, name):
+            targets += run_artifacts(**run)
+            if name == "main":
+                targets.append(HEADLINE.format(**run))
+        targets.append(TABLE.format(experiment=name))
     return list(dict.fromkeys(targets))

@@ -1,27 +1,37 @@
-# Stage 7 - report: aggregate tables and figures over the experiments' result JSONs.
+# Stage 7 - report: one table (Markdown + TSV) and two bar charts per experiment.
 
 
-def main_results(wildcards):
-    exp = dcfg.experiment(config, "main")
-    return expand(HEADLINE, dataset=exp["datasets"], method=exp["methods"], seed=exp["seeds"])
+def experiment_files(pattern):
+    def files(wildcards):
+        return [pattern.format(**run) for run in dcfg.experiment_runs(config, wildcards.experiment)]
+
+    return files
 
 
-rule table_main:
+def experiment_title(wildcards):
+    exp = dcfg.experiment(config, wildcards.experiment)
+    role = "held-out test queries" if exp["stage"] == "final" else "validation queries"
+    return (f"{wildcards.experiment}: {role}, backbone {config['backbone']}, {exp['dim']} dimension"
+            + (f" - {exp['description']}" if exp.get("description") else ""))
+
+
+rule table:
     input:
-        main_results,
+        results=experiment_files(EVAL_JSON),
+        per_query=experiment_files(PER_QUERY),
     output:
-        md="results/tables/main.md",
-        tsv="results/tables/main.tsv",
-        runs="results/tables/main_runs.tsv",
-        ndcg_png="results/figures/main_ndcg10.png",
-        recall_png="results/figures/main_recall10.png",
+        md=TABLE,
+        tsv="results/tables/{experiment}.tsv",
+        runs="results/tables/{experiment}_runs.tsv",
+        ndcg_png="results/figures/{experiment}_ndcg10.png",
+        recall_png="results/figures/{experiment}_recall10.png",
     params:
-        methods=lambda wc: dcfg.experiment(config, "main")["methods"],
-        datasets=lambda wc: dcfg.experiment(config, "main")["datasets"],
-        backbone=config["backbone"],
+        methods=lambda wc: dcfg.experiment(config, wc.experiment)["methods"],
+        datasets=lambda wc: dcfg.experiment(config, wc.experiment)["datasets"],
+        title=experiment_title,
     log:
-        "logs/table_main/main.log",
+        "logs/table/{experiment}.log",
     conda:
         "../envs/report.yaml"
     script:
-        "../workflow_scripts/table_main.py"
+        "../workflow_scripts/table.py"

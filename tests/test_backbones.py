@@ -21,10 +21,10 @@ import pytest  # noqa: E402
 
 from dive_core.backbones import Backbone, build_backbone  # noqa: E402
 from dive_core.embeddings import embed_dataset, read_embeddings, write_embeddings  # noqa: E402
+from tiny_llm import DEFAULT_WORDS as WORDS  # noqa: E402
+from tiny_llm import build_tiny_llama  # noqa: E402
 
 INSTRUCTION = "Given a claim, retrieve documents:"
-WORDS = ("[UNK] <s> </s> Given a claim , retrieve documents : the cat sat on mat dog ran in "
-         "park vaccines cause autism is false true red blue green sky sea").split()
 TEXTS = [
     "the cat sat on the mat",
     "dog ran",
@@ -37,26 +37,7 @@ TEXTS = [
 # --------------------------------------------------------------------------- tiny LLM2Vec model
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory) -> Path:
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaModel, PreTrainedTokenizerFast
-
-    path = tmp_path_factory.mktemp("tiny-llama")
-    vocab = {w: i for i, w in enumerate(WORDS)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="[UNK]",
-        model_input_names=["input_ids", "attention_mask"],
-    ).save_pretrained(path)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
-        bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"], initializer_range=0.2,
-    )
-    LlamaModel(cfg).save_pretrained(path)
-    return path
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), WORDS)
 
 
 def llm2vec_spec(path, **over):

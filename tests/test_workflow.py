@@ -115,7 +115,7 @@ def test_rerun_does_nothing(workdir):
 def test_deleting_an_artifact_reruns_only_its_dependents(workdir):
     (workdir / "results/scifact-tiny/minilm/dive/k64/final/seed2027/model.pt").unlink()
     assert planned_jobs(workdir, "all") == {"train": 1, "evaluate": 1, "headline_result": 1,
-                                            "table_main": 1, "all": 1}
+                                            "table": 1, "all": 1}
     snakemake(workdir, "all")
     assert planned_jobs(workdir, "all") == {}
 
@@ -135,3 +135,53 @@ def test_bad_config_is_reported_with_its_key(tmp_path):
     bad.write_text("training:\n  epochs: -1\n")
     proc = snakemake(tmp_path, "--configfile", str(REPO / "config" / "test.yaml"), str(bad), "-n", check=False)
     assert proc.returncode != 0 and "epochs" in proc.stdout + proc.stderr
+
+
+def test_llm2vec_backbone_through_the_workflow(workdir, tmp_path):
+    """The LLM2Vec family end to end: embed (with the dataset's query instruction), triplets,
+    DIVE, evaluation, on a tiny random Llama whose vocabulary is scifact-tiny's words."""
+    from collections import Counter
+
+    import h5py
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny_llm import build_tiny_llama
+
+    words = Counter()
+    for line in (TINY / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+        words.update(re.findall(r"\w+|[^\w\s]+", json.loads(line)["text"]))
+    model = build_tiny_llama(tmp_path / "tiny-llama", [w for w, _ in words.most_common(3000)])
+    extra = tmp_path / "llm2vec.yaml"
+    extra.write_text(yaml.safe_dump({"backbones": {"tiny-l2v": {
+        "family": "llm2vec", "base_model": str(model), "dim": 32, "pooling": "mean",
+        "max_length": 128, "precision": "fp32", "batch_size": 16, "dims": {"primary": 8}}}}))
+    target = "results/scifact-tiny/tiny-l2v/dive/k8/final/seed2027/eval.json"
+    snakemake(workdir, target, "--configfile", str(REPO / "config" / "test.yaml"), str(extra))
+    r = json.loads((workdir / target).read_text())
+    assert r["backbone"] == "tiny-l2v" and r["k"] == 8 and r["d"] == 32 and r["n_queries"] == 10
+    assert 0.0 <= r["metrics"]["ndcg@10"] <= 1.0
+    with h5py.File(workdir / "results/scifact-tiny/tiny-l2v/embeddings.h5") as f:
+        assert f.attrs["family"] == "llm2vec" and f.attrs["pooling"] == "mean"
+        assert f.attrs["instruction"].startswith("Given a scientific claim, retrieve documents")
+        assert f["corpus/emb"].shape == (500, 32)
+    # the MiniLM artifacts of the default backbone were not touched
+    assert planned_jobs(workdir, "all") == {}
+
+
+def test_slurm_profile_plans_the_same_jobs(tmp_path):
+    """profiles/slurm loads with this Snakemake and its SLURM executor plugin, plans the same
+    jobs, and GPU-capable rules ask for a GPU. (conda is not available here, so the profile is
+    used without its software-deployment line; submission itself needs a real cluster.)"""
+    profile = tmp_path / "slurm"
+    profile.mkdir()
+    lines = (REPO / "profiles" / "slurm" / "config.yaml").read_text().splitlines()
+    (profile / "config.yaml").write_text("\n".join(l for l in lines if "software-deployment-method" not in l))
+    work = tmp_path / "work"
+    work.mkdir()
+    out = snakemake(work, "--profile", str(profile), "-n")
+    text = out.stdout + out.stderr
+    assert planned_jobs(work) == {"stage_beir": 1, "make_splits": 1, "embed": 1, "triplets": 1, "train": 4,
+                                  "evaluate": 4, "headline_result": 4, "table": 1, "all": 1}
+    assert re.search(r"rule embed:.*?resources: [^\n]*mem_mb=64000[^\n]*gpu=1", text, re.S)
+    assert re.search(r"rule train:.*?resources: [^\n]*gpu=1", text, re.S)

@@ -1,0 +1,77 @@
+"""Aggregation: mean / sample std over seeds, tables, significance, figures."""
+
+import math
+
+import pytest
+
+from dive_core import report
+from dive_core.evaluation import write_per_query
+
+
+def result(method, seed, ndcg, recall, mtype=None, per_query=None):
+    return {"dataset": "ds", "backbone": "bb", "method": method, "method_type": mtype or method, "k": 8,
+            "stage": "final", "seed": seed, "role": "test", "n_queries": 3,
+            "timings": {"train_seconds": 10.0},
+            "metrics": {"ndcg@10": ndcg, "recall@10": recall, "recall@100": 1.0, "mrr@10": ndcg},
+            "subsets": {"seen": {"n_queries": 2, "metrics": {"ndcg@10": ndcg + 0.1}},
+                        "unseen": {"n_queries": 1, "metrics": {"ndcg@10": ndcg - 0.2}}},
+            "artifacts": {"per_query": per_query}}
+
+
+def test_mean_and_sample_std():
+    mean, std = report.mean_std([0.5, 0.6, 0.7])
+    assert mean == pytest.approx(0.6) and std == pytest.approx(0.1)  # ddof = 1
+    mean, std = report.mean_std([0.5])
+    assert mean == 0.5 and math.isnan(std)
+    assert report.fmt(0.61234, 0.01) == "0.6123 ± 0.0100" and report.fmt(0.5, float("nan")) == "0.5000"
+
+
+def test_summary_and_markdown_mark_best_compressed_method():
+    rows = report.collect([result("frozen", 1, 0.9, 0.95), result("frozen", 2, 0.9, 0.95),
+                           result("pca", 1, 0.5, 0.6), result("pca", 2, 0.7, 0.8),
+                           result("dive", 1, 0.65, 0.68), result("dive", 2, 0.65, 0.68)])
+    summary = report.summarize(rows)
+    s = {x["method"]: x for x in summary}
+    assert s["pca"]["ndcg@10"] == pytest.approx(0.6) and s["pca"]["n_seeds"] == 2
+    assert s["dive"]["ndcg@10_std"] == pytest.approx(0.0)
+    assert s["dive"]["seen_ndcg@10"] == pytest.approx(0.75)
+    md = report.markdown_table(summary, "T", ["frozen", "pca", "dive"], ["ds"])
+    assert "| dive | 8 | **0.6500 ± 0.0000** | 0.6800 ± 0.0000 |" in md  # best nDCG, not best recall
+    assert "| pca | 8 | 0.6000 ± 0.1414 | **0.7000 ± 0.1414** |" in md
+    assert "**0.9000" not in md  # frozen is the uncompressed reference, never "best"
+    assert "| dive | 0.7500 ± 0.0000 | 0.4500 ± 0.0000 |" in report.seen_unseen_markdown(summary, ["dive"], ["ds"])
+
+
+def test_paired_randomization():
+    a = [0.9, 0.8, 0.85, 0.95, 0.7, 0.9, 0.88, 0.92, 0.81, 0.93]
+    assert report.paired_randomization(a, a) == 1.0
+    p = report.paired_randomization(a, [x - 0.3 for x in a])
+    assert p == pytest.approx(1 / 10001 * (1 + 2 / 1024 * 10000), abs=0.003)  # exact: 2 of 2^10 sign patterns
+    assert report.paired_randomization(a, [x - 0.3 for x in a], seed=1) == pytest.approx(p, abs=0.003)
+
+
+def test_significance_uses_per_query_scores(tmp_path):
+    def pq(name, scores):
+        path = tmp_path / f"{name}.tsv"
+        write_per_query(path, {f"q{i}": {"ndcg@10": s, "recall@10": s, "recall@100": s, "mrr@10": s, "seen": 1}
+                               for i, s in enumerate(scores)})
+        return str(path)
+
+    good = [0.9] * 12
+    results = [result("dive", 1, 0.9, 0.9, per_query=pq("dive", good)),
+               result("pca", 1, 0.5, 0.5, per_query=pq("pca", [0.5] * 12)),
+               result("truncate", 1, 0.89, 0.89, per_query=pq("trunc", [0.89] * 11 + [1.0])),
+               result("frozen", 1, 1.0, 1.0, per_query=pq("frozen", [1.0] * 12))]
+    rows = report.significance_rows(results)
+    ndcg = [r for r in rows if r["metric"] == "ndcg@10"][0]
+    assert ndcg["baseline"] == "truncate" and ndcg["n_queries"] == 12  # best other, frozen excluded
+    assert ndcg["mean_diff"] == pytest.approx((0.9 * 12 - 0.89 * 11 - 1.0) / 12)
+    assert 0.0 < ndcg["p_value"] <= 1.0
+    assert "| ds | ndcg@10 | dive | truncate |" in report.significance_markdown(rows)
+
+
+def test_bar_chart_writes_png(tmp_path):
+    summary = report.summarize(report.collect([result("pca", 1, 0.5, 0.6), result("dive", 1, 0.6, 0.7)]))
+    out = tmp_path / "fig.png"
+    report.bar_chart(out, summary, ["pca", "dive"], ["ds"], "ndcg@10", "title")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
