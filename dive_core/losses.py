@@ -98,3 +98,227 @@ class GeometryDistillationLoss(nn.Module):
         off = ~torch.eye(n, dtype=torch.bool, device=student.device)
         gs, gt = student @ student.T, teacher @ teacher.T
         return F.smooth_l1_loss(gs[off], gt[off], beta=self.beta)
+
+
+# ---- baseline losses: Matryoshka-Adaptor, Search-Adaptor, autoencoder ----
+#
+# Unlike the DIVE losses above, these take raw (un-normalised) adapter outputs where a cosine
+# is involved and normalise internally: cos(a, b) = a.b / (|a| |b|).
+
+
+def _cosine_matrix(x: torch.Tensor) -> torch.Tensor:
+    """``C_ij = cos(x_i, x_j)`` for the rows of ``x``."""
+    xn = F.normalize(x, dim=-1)
+    return xn @ xn.T
+
+
+def _cosine_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``cos(a_i, b_i)`` for each row."""
+    return (F.normalize(a, dim=-1) * F.normalize(b, dim=-1)).sum(-1)
+
+
+class ReconstructionMSELoss(nn.Module):
+    """Autoencoder reconstruction error, mean over items and coordinates::
+
+        L_mse = (1/(n d)) sum_i sum_c (xhat_ic - x_ic)^2
+
+    ``xhat`` = decoder(encoder(x)), ``x`` the (n, d) normalised frozen corpus embeddings.
+    """
+
+    def forward(self, reconstruction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(reconstruction, target)
+
+
+def _l1(diff: torch.Tensor, reduction: str) -> torch.Tensor:
+    """Mean over items of |diff|_1 (``"sum"`` over coordinates) or of the per-coordinate mean
+    absolute error (``"mean"``, what ``torch.nn.L1Loss()`` computes): the two differ by 1/d."""
+    if reduction == "sum":
+        return diff.abs().sum(-1).mean()
+    if reduction == "mean":
+        return diff.abs().mean()
+    raise ValueError(f"L1 reduction must be 'sum' or 'mean', not {reduction!r}")
+
+
+class L1ReconstructionLoss(nn.Module):
+    """Stay close to the frozen embedding (Matryoshka-Adaptor L_rec, Search-Adaptor L_rec)::
+
+        reduction "sum":  L_rec = (1/n) sum_i |e_i - z_i|_1 = (1/n) sum_i sum_c |e_ic - z_ic|
+        reduction "mean": L_rec = (1/(n d)) sum_i sum_c |e_ic - z_ic|       (= "sum" / d)
+
+    ``e`` = f(z) the adapted (un-normalised, full-width) vectors, ``z`` the frozen ones.
+    """
+
+    def __init__(self, reduction: str = "sum"):
+        super().__init__()
+        _l1(torch.zeros(1, 1), reduction)
+        self.reduction = reduction
+
+    def forward(self, adapted: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
+        return _l1(adapted - frozen, self.reduction)
+
+
+class QueryPredictionLoss(L1ReconstructionLoss):
+    """Search-Adaptor's prediction regulariser over the batch's positive pairs (q_i, d_i)::
+
+        reduction "sum":  L_pred = (1/B) sum_i |f(q_i) - p(f(d_i))|_1
+        reduction "mean": L_pred = the same / d
+
+    Inputs: ``target`` = f(q) (B, d) and ``prediction`` = p(f(d)) (B, d), where p is the
+    training-only query predictor.
+    """
+
+    def forward(self, target: torch.Tensor, prediction: torch.Tensor) -> torch.Tensor:
+        return _l1(target - prediction, self.reduction)
+
+
+class PairwiseSoftplusRankLoss(nn.Module):
+    """Graded pairwise rank loss (Search-Adaptor L_rank) on triplets (q_i, p_i, n_i)::
+
+        L_rank = (1/B) sum_i (y_p,i - y_n,i) * softplus(s_n,i - s_p,i),
+        s_p,i = cos(q_i, p_i),  s_n,i = cos(q_i, n_i),  softplus(x) = log(1 + exp(x))
+
+    ``q``, ``p``, ``n`` need not be normalised (cosines are computed here).
+    """
+
+    def forward(self, q, p, n, y_p, y_n) -> torch.Tensor:
+        return ((y_p - y_n) * F.softplus(_cosine_rows(q, n) - _cosine_rows(q, p))).mean()
+
+
+class MatryoshkaRankLoss(nn.Module):
+    """The pairwise softplus rank loss averaged over the prefix sizes M (Matryoshka-Adaptor)::
+
+        L_rank = (1/(B |M|)) sum_i sum_{m in M} (y_p,i - y_n,i) * softplus(s_n,i[:m] - s_p,i[:m]),
+        s_p,i[:m] = cos(q_i[:m], p_i[:m]),  s_n,i[:m] = cos(q_i[:m], n_i[:m])
+    """
+
+    def __init__(self, prefixes):
+        super().__init__()
+        self.prefixes = tuple(int(m) for m in prefixes)
+        if not self.prefixes:
+            raise ValueError("MatryoshkaRankLoss needs at least one prefix size")
+
+    def forward(self, q, p, n, y_p, y_n) -> torch.Tensor:
+        w = y_p - y_n
+        per_m = [(w * F.softplus(_cosine_rows(q[:, :m], n[:, :m]) - _cosine_rows(q[:, :m], p[:, :m]))).mean()
+                 for m in self.prefixes]
+        return torch.stack(per_m).mean()
+
+
+class MatryoshkaPairSimilarityLoss(nn.Module):
+    """Matryoshka-Adaptor L_pair: every prefix must keep the frozen pairwise cosines::
+
+        L_pair = (1/(|Omega| |M|)) sum_{(i,j) in Omega} sum_{m in M} |cos(z_i, z_j) - cos(e_i[:m], e_j[:m])|,
+        Omega = {(i, j): i != j}
+
+    ``e`` (n, d): adapted vectors; ``z`` (n, d): frozen vectors of the same n items.
+    """
+
+    def __init__(self, prefixes):
+        super().__init__()
+        self.prefixes = tuple(int(m) for m in prefixes)
+        if not self.prefixes:
+            raise ValueError(f"{type(self).__name__} needs at least one prefix size")
+
+    def pair_mask(self, z: torch.Tensor) -> torch.Tensor:
+        """Boolean (n, n) mask of the pairs (i, j) in Omega."""
+        return ~torch.eye(z.shape[0], dtype=torch.bool, device=z.device)
+
+    def forward(self, e: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        if z.shape[0] < 2:
+            return e.sum() * 0.0
+        with torch.no_grad():
+            mask = self.pair_mask(z)
+            target = _cosine_matrix(z)[mask]
+        per_m = [(_cosine_matrix(e[:, :m])[mask] - target).abs().mean() for m in self.prefixes]
+        return torch.stack(per_m).mean()
+
+
+class MatryoshkaTopKSimilarityLoss(MatryoshkaPairSimilarityLoss):
+    """Matryoshka-Adaptor L_topk: L_pair restricted to each item's nearest frozen neighbours::
+
+        L_topk = (1/(|Omega_K| |M|)) sum_{(i,j) in Omega_K} sum_{m in M} |cos(z_i, z_j) - cos(e_i[:m], e_j[:m])|,
+        Omega_K = {(i, j): j in NN_K(i)}
+
+    NN_K(i) = the K items j != i with the largest frozen cosine cos(z_i, z_j) among the n items
+    passed in (K = min(topk, n - 1); ties broken by ``torch.topk``).
+    """
+
+    def __init__(self, prefixes, topk: int):
+        super().__init__(prefixes)
+        if int(topk) < 1:
+            raise ValueError(f"MatryoshkaTopKSimilarityLoss: topk must be >= 1, got {topk}")
+        self.topk = int(topk)
+
+    def pair_mask(self, z: torch.Tensor) -> torch.Tensor:
+        n = z.shape[0]
+        sim = _cosine_matrix(z)
+        eye = torch.eye(n, dtype=torch.bool, device=z.device)
+        nn_idx = sim.masked_fill(eye, float("-inf")).topk(min(self.topk, n - 1), dim=1).indices
+        return torch.zeros_like(eye).scatter_(1, nn_idx, True)
+
+
+# ---- baseline losses: SMEC ----
+#
+# SMEC (Zhang et al., EMNLP 2025) trains one stage at a time; every term below is evaluated at
+# one width w (the stage's input width N or its output width N/2) and the method averages the
+# two widths (see dive_core/methods/smec.py). Inputs need not be normalised: cosines are
+# computed here. Self-contained on purpose (no helper shared with the other sections).
+
+
+def _smec_cos_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``cos(a_i, b_i)`` along the last axis (broadcasting)."""
+    return (F.normalize(a, dim=-1) * F.normalize(b, dim=-1)).sum(-1)
+
+
+class SMECRankLoss(nn.Module):
+    """SMEC's supervised term at one width w: the graded pairwise softplus rank loss::
+
+        L_rank(w) = (1/B) sum_i (y_p,i - y_n,i) * softplus(s_n,i - s_p,i),
+        s_p,i = cos(q_i^w, p_i^w),  s_n,i = cos(q_i^w, n_i^w),  softplus(x) = log(1 + exp(x))
+
+    ``q``, ``p``, ``n`` (B, w): the stage's vectors of the triplets at width w; ``y_p``, ``y_n``
+    (B,): relevance grades.
+    """
+
+    def forward(self, q, p, n, y_p, y_n) -> torch.Tensor:
+        return ((y_p - y_n) * F.softplus(_smec_cos_rows(q, n) - _smec_cos_rows(q, p))).mean()
+
+
+class SMECCrossBatchLoss(nn.Module):
+    """S-XBM alignment at one width w: compressed cosines to the queue neighbours must match the
+    frozen ones::
+
+        L_xbm(w) = (1/|Omega|) sum_{(i,j) in Omega} | cos(e_i^w, e_j^w) - cos(z_i, z_j) |,
+        Omega = {(i, j): j in NN_m(i)}
+
+    ``z``: frozen (teacher, full-dimension) embeddings; ``e^w``: the stage's vectors at width w;
+    i runs over the batch items (anchors), j over the FIFO queue. NN_m(i) = the m queue entries
+    with the largest frozen cosine to z_i, excluding entries that are the same item as i
+    (``neighbours``). Anchors with fewer than m admissible entries use what there is; an empty
+    Omega gives 0 (keeping the graph).
+
+    ``forward(anchor, neighbours, target, valid)``: ``anchor`` (A, w) = e_i^w, ``neighbours``
+    (A, m, w) = e_j^w for j = NN_m(i) in order, ``target`` (A, m) = cos(z_i, z_j), ``valid``
+    (A, m) bool = the slot holds an admissible neighbour.
+    """
+
+    @staticmethod
+    @torch.no_grad()
+    def neighbours(anchor_frozen: torch.Tensor, queue_frozen: torch.Tensor, m: int,
+                   exclude: torch.Tensor | None = None):
+        """NN_m of each anchor among the queue entries by frozen cosine.
+
+        Returns ``(index (A, m') long, target (A, m') = cos(z_i, z_j), valid (A, m') bool)``
+        with ``m' = min(m, L)`` for a queue of L entries, neighbours in decreasing frozen
+        cosine; ``exclude`` (A, L) bool marks inadmissible (anchor, entry) pairs.
+        """
+        sim = F.normalize(anchor_frozen, dim=-1) @ F.normalize(queue_frozen, dim=-1).T
+        masked = sim if exclude is None else sim.masked_fill(exclude, float("-inf"))
+        vals, idx = masked.topk(min(int(m), sim.shape[1]), dim=1)
+        return idx, sim.gather(1, idx), torch.isfinite(vals)
+
+    def forward(self, anchor, neighbours, target, valid) -> torch.Tensor:
+        if not bool(valid.any()):
+            return (anchor.sum() + neighbours.sum()) * 0.0
+        diff = (_smec_cos_rows(anchor[:, None, :], neighbours) - target).abs()
+        return diff[valid].mean()

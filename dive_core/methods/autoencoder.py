@@ -1,0 +1,50 @@
+"""Autoencoder (unsupervised baseline, SPEC section 3): a non-linear bottleneck trained to
+reconstruct the corpus embeddings.
+
+    encoder g: d -> hidden -> k     (Linear, ReLU, Linear)
+    decoder h: k -> hidden -> d     (Linear, ReLU, Linear)
+    L = L_mse = mean_{i,c} (h(g(z_i))_c - z_ic)^2      over the corpus documents (no labels)
+    inference: normalise(g(z))
+
+Decisions (SPEC open): the code layer and the decoder output are linear (ReLU only after the
+hidden layers, so the k-dimensional code can take any sign and the decoder can reproduce
+negative coordinates); the reconstruction target is the normalised frozen embedding itself and
+the MSE is averaged over items and coordinates; an epoch is one pass over the corpus documents
+(``data.docs``) in shuffled batches of ``batch_size`` documents; queries and triplets are not
+used. Parameters use PyTorch's default Linear initialisation (seeded by ``new_method``).
+
+Logged per epoch: ``reconstruction`` (= the total).
+"""
+
+from torch import nn
+
+from ..losses import ReconstructionMSELoss
+from ._hp_checks import check_shared
+from .base import TorchMethod, register
+
+
+@register
+class Autoencoder(TorchMethod):
+    type = "autoencoder"
+    supervised = False
+    hyperparameters = ("lr", "epochs", "batch_size", "hidden", "weight_decay")
+
+    def build(self) -> None:
+        check_shared(self.type, self.hp)
+        d, k, r = self.d, self.k, int(self.hp["hidden"])
+        self.net = nn.ModuleDict({
+            "encoder": nn.Sequential(nn.Linear(d, r), nn.ReLU(), nn.Linear(r, k)),
+            "decoder": nn.Sequential(nn.Linear(k, r), nn.ReLU(), nn.Linear(r, d)),
+        }).to(self.device)
+        self.rec_loss = ReconstructionMSELoss()
+
+    def n_items(self, data) -> int:
+        return int(data.docs.shape[0])
+
+    def batch_loss(self, data, idx):
+        x = data.docs[idx]
+        rec = self.rec_loss(self.net["decoder"](self.net["encoder"](x)), x)
+        return {"loss": rec, "reconstruction": rec.detach()}
+
+    def transform(self, x):
+        return self.net["encoder"](x)

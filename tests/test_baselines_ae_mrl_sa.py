@@ -1,0 +1,359 @@
+"""Baselines: autoencoder, Matryoshka-Adaptor (`mrl`), Search-Adaptor (`search_adaptor`).
+
+Loss terms are checked against numbers computed with explicit Python loops (or by hand), not
+with the vectorised code under test; the methods are trained on the synthetic problem of
+``tests/synthetic.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dive_core.losses import (L1ReconstructionLoss, MatryoshkaPairSimilarityLoss, MatryoshkaRankLoss,
+                              MatryoshkaTopKSimilarityLoss, PairwiseSoftplusRankLoss, QueryPredictionLoss,
+                              ReconstructionMSELoss)
+from dive_core.methods import Method, method_class, new_method, resolve_hparams
+from dive_core.methods.mrl import distinct_items, matryoshka_prefixes
+from dive_core.training import FitData, TrainLog
+
+from synthetic import FAST, make_problem
+
+torch.set_num_threads(1)
+
+# Learning rates that train in FAST's 15 epochs on the synthetic problem. MRL uses beta = 0.1
+# here: with the SPEC default beta = 1 the L1 reconstruction term (a sum over d coordinates)
+# pins the adapter to the identity and MRL scores exactly like truncation (see the report).
+HP = {
+    "autoencoder": {**FAST, "lr": 5e-3},
+    "mrl": {**FAST, "lr": 5e-3, "alpha": 1.0, "beta": 0.1, "gamma_rank": 1.0, "min_prefix": 16, "l1_reduction": "sum",
+            "topk_neighbors": 10},
+    "search_adaptor": {**FAST, "lr": 1e-3, "alpha": 0.1, "beta": 0.01, "predictor_hidden": 32,
+                       "l1_reduction": "sum"},
+}
+TYPES = sorted(HP)
+LOGGED = {
+    "autoencoder": ["reconstruction"],
+    "mrl": ["topk", "pair", "reconstruction", "rank"],
+    "search_adaptor": ["rank", "reconstruction", "prediction"],
+}
+
+
+# --------------------------------------------------------------------------- helpers (loops)
+def cos(a, b):
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def softplus(x):
+    return math.log(1.0 + math.exp(x))
+
+
+def rows(t):
+    return t.tolist()
+
+
+def rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# --------------------------------------------------------------------------- losses
+def test_reconstruction_mse_by_hand():
+    xhat = torch.tensor([[1.0, 2.0], [0.0, -1.0]])
+    x = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    # squared errors 1, 4, 1, 4 -> mean over 4 entries = 2.5
+    assert ReconstructionMSELoss()(xhat, x).item() == pytest.approx(2.5)
+    a, b = rand(5, 3), rand(5, 3, seed=1)
+    loop = sum((a[i, c].item() - b[i, c].item()) ** 2 for i in range(5) for c in range(3)) / 15
+    assert ReconstructionMSELoss()(a, b).item() == pytest.approx(loop)
+
+
+def test_l1_reconstruction_and_prediction_by_hand():
+    e = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0]])
+    z = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, -1.0]])
+    # item 1: 1 + 2 + 0.5 = 3.5; item 2: 3 -> mean 3.25
+    assert L1ReconstructionLoss()(e, z).item() == pytest.approx(3.25)
+    assert QueryPredictionLoss()(e, z).item() == pytest.approx(3.25)
+    a, b = rand(4, 6), rand(4, 6, seed=2)
+    loop = sum(sum(abs(x - y) for x, y in zip(ra, rb)) for ra, rb in zip(rows(a), rows(b))) / 4
+    assert L1ReconstructionLoss()(a, b).item() == pytest.approx(loop)
+    assert QueryPredictionLoss()(a, b).item() == pytest.approx(loop)
+    # "mean": per-coordinate mean absolute error, (3.5 + 3) / 6 entries
+    assert L1ReconstructionLoss("mean")(e, z).item() == pytest.approx(6.5 / 6)
+    assert QueryPredictionLoss("mean")(a, b).item() == pytest.approx(loop / 6)
+    with pytest.raises(ValueError, match="'sum' or 'mean'"):
+        L1ReconstructionLoss("max")
+
+
+def test_pairwise_softplus_rank_by_hand():
+    # s_p = cos((1,0),(2,0)) = 1, s_n = cos((1,0),(0,3)) = 0 -> (1 - 0) * softplus(-1) = log(1 + e^-1)
+    q, p, n = torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 3.0]])
+    got = PairwiseSoftplusRankLoss()(q, p, n, torch.tensor([1.0]), torch.tensor([0.0]))
+    assert got.item() == pytest.approx(math.log(1 + math.exp(-1)))  # 0.313262
+    q, p, n = rand(6, 5), rand(6, 5, seed=1), rand(6, 5, seed=2)
+    yp = torch.tensor([2.0, 1.0, 1.0, 2.0, 1.0, 1.0], dtype=torch.float64)
+    yn = torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    loop = sum((yp[i].item() - yn[i].item()) * softplus(cos(n[i], q[i]) - cos(q[i], p[i])) for i in range(6)) / 6
+    assert PairwiseSoftplusRankLoss()(q, p, n, yp, yn).item() == pytest.approx(loop)
+
+
+def test_matryoshka_rank_by_hand():
+    q, p, n = rand(5, 8), rand(5, 8, seed=1), rand(5, 8, seed=2)
+    yp = torch.tensor([1.0, 2.0, 1.0, 1.0, 2.0], dtype=torch.float64)
+    yn = torch.zeros(5, dtype=torch.float64)
+    prefixes = [2, 4, 8]
+    terms = [(yp[i].item() - yn[i].item()) * softplus(cos(q[i][:m], n[i][:m]) - cos(q[i][:m], p[i][:m]))
+             for i in range(5) for m in prefixes]
+    assert MatryoshkaRankLoss(prefixes)(q, p, n, yp, yn).item() == pytest.approx(sum(terms) / len(terms))
+    # one prefix equal to the full width = the plain pairwise loss
+    assert MatryoshkaRankLoss([8])(q, p, n, yp, yn).item() == pytest.approx(
+        PairwiseSoftplusRankLoss()(q, p, n, yp, yn).item())
+
+
+def test_matryoshka_pair_by_hand():
+    # 3 items in 2-d, one prefix m = 1: cos of 1-d prefixes is the sign product.
+    z = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    e = torch.tensor([[1.0, 0.0], [1.0, 1.0], [-1.0, 1.0]])
+    # frozen cos: (0,1)=0, (0,2)=(1,2)=1/sqrt2; prefix-1 cos of e: (0,1)=1, (0,2)=-1, (1,2)=-1
+    # |diffs| over ordered pairs: 1, 1+1/sqrt2, 1+1/sqrt2 (each twice) -> mean = 1 + sqrt2/3
+    got = MatryoshkaPairSimilarityLoss([1])(e, z).item()
+    assert got == pytest.approx(1 + math.sqrt(2) / 3)
+    z, e = rand(6, 8), rand(6, 8, seed=3)
+    prefixes = [2, 5, 8]
+    terms = [abs(cos(z[i], z[j]) - cos(e[i][:m], e[j][:m]))
+             for i in range(6) for j in range(6) if i != j for m in prefixes]
+    assert MatryoshkaPairSimilarityLoss(prefixes)(e, z).item() == pytest.approx(sum(terms) / len(terms))
+    # identity adapter and full-width prefix only: zero loss
+    assert MatryoshkaPairSimilarityLoss([8])(z, z).item() == pytest.approx(0.0, abs=1e-12)
+    # a single item has no pairs
+    assert MatryoshkaPairSimilarityLoss([2])(e[:1], z[:1]).item() == 0.0
+
+
+def test_matryoshka_topk_by_hand():
+    n, K, prefixes = 7, 2, [3, 6]
+    z, e = rand(n, 6), rand(n, 6, seed=4)
+    terms = []
+    for i in range(n):
+        others = sorted((j for j in range(n) if j != i), key=lambda j: -cos(z[i], z[j]))
+        for j in others[:K]:
+            for m in prefixes:
+                terms.append(abs(cos(z[i], z[j]) - cos(e[i][:m], e[j][:m])))
+    got = MatryoshkaTopKSimilarityLoss(prefixes, K)(e, z).item()
+    assert got == pytest.approx(sum(terms) / len(terms))
+    # K >= n - 1: every other item is a neighbour, i.e. L_pair
+    assert MatryoshkaTopKSimilarityLoss(prefixes, 50)(e, z).item() == pytest.approx(
+        MatryoshkaPairSimilarityLoss(prefixes)(e, z).item())
+    # neighbours come from the frozen space, not the adapted one
+    assert MatryoshkaTopKSimilarityLoss(prefixes, K)(e, z).item() != pytest.approx(
+        MatryoshkaTopKSimilarityLoss(prefixes, K)(e, e).item())
+    with pytest.raises(ValueError, match="topk"):
+        MatryoshkaTopKSimilarityLoss(prefixes, 0)
+
+
+def test_losses_have_gradients():
+    z = rand(5, 8).float()
+    e = (z + 0.1 * rand(5, 8, seed=1).float()).requires_grad_()
+    loss = (MatryoshkaTopKSimilarityLoss([4, 8], 2)(e, z) + MatryoshkaPairSimilarityLoss([4])(e, z)
+            + L1ReconstructionLoss()(e, z) + MatryoshkaRankLoss([4, 8])(e[:2], e[2:4], e[[4, 0]],
+                                                                         torch.ones(2), torch.zeros(2)))
+    loss.backward()
+    assert e.grad is not None and torch.isfinite(e.grad).all() and e.grad.abs().sum() > 0
+
+
+# --------------------------------------------------------------------------- MRL helpers
+def test_matryoshka_prefixes():
+    assert matryoshka_prefixes(384, 64, 16) == [16, 32, 64, 128, 256, 384]
+    assert matryoshka_prefixes(384, 96, 16) == [16, 32, 64, 96, 128, 256, 384]
+    assert matryoshka_prefixes(4096, 128, 16) == [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    assert matryoshka_prefixes(32, 8, 16) == [8, 16, 32]
+    assert matryoshka_prefixes(32, 8, 64) == [8, 32]
+
+
+def test_distinct_items_dedupes_and_maps_back():
+    data = FitData.from_arrays(
+        docs=np.arange(5 * 3, dtype=np.float32).reshape(5, 3), queries=-np.arange(4 * 3).reshape(4, 3),
+        t_q=[0, 0, 2, 2], t_p=[1, 1, 3, 4], t_n=[4, 2, 1, 1], y_p=[1, 1, 1, 1], y_n=[0, 0, 0, 0])
+    idx = torch.arange(4)
+    z, iq, ip, in_ = distinct_items(data, idx)
+    assert z.shape[0] == 2 + 4  # queries {0, 2}, docs {1, 2, 3, 4}
+    q, p, n, _, _ = data.triplet_batch(idx)
+    assert torch.equal(z[iq], q) and torch.equal(z[ip], p) and torch.equal(z[in_], n)
+
+
+# --------------------------------------------------------------------------- methods
+@pytest.fixture(scope="module")
+def problem():
+    return make_problem()
+
+
+def train(problem, type_name, seed=0, **overrides):
+    m = new_method(type_name, problem.d, problem.k, {**HP[type_name], **overrides}, seed)
+    log = TrainLog()
+    m.fit(problem.train, log, progress=False)
+    return m, log
+
+
+@pytest.fixture(scope="module")
+def trained(problem):
+    """One FAST training run per method, with the untrained score measured first."""
+    out = {}
+    for t in TYPES:
+        m0 = new_method(t, problem.d, problem.k, HP[t], 0)
+        before = problem.score(m0)
+        m, log = train(problem, t)
+        out[t] = (before, problem.score(m), m, log)
+    return out
+
+
+def test_registered():
+    assert method_class("autoencoder").supervised is False
+    assert method_class("mrl").supervised is True
+    assert method_class("search_adaptor").supervised is True
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_training_improves_validation_ndcg(trained, type_name, capsys):
+    before, after, _, _ = trained[type_name]
+    with capsys.disabled():
+        print(f"\n  {type_name}: validation nDCG@10 {before:.4f} -> {after:.4f}")
+    assert after > before + 0.1
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_logs_each_weighted_term(trained, type_name):
+    _, _, _, log = trained[type_name]
+    assert len(log.rows) == FAST["epochs"]
+    for row in log.rows:
+        for col in LOGGED[type_name]:
+            assert np.isfinite(row[col])
+        assert row["total"] == pytest.approx(sum(row[c] for c in LOGGED[type_name]), rel=1e-5)
+    assert log.rows[-1]["total"] < log.rows[0]["total"]
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_compress_normalised_width_k(trained, problem, type_name):
+    _, _, m, _ = trained[type_name]
+    out = m.compress(problem.docs)
+    assert out.shape == (problem.docs.shape[0], problem.k) and out.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    with pytest.raises(ValueError, match="expected"):
+        m.compress(problem.docs[:, :5])
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_save_load_round_trip(trained, problem, type_name, tmp_path):
+    _, _, m, _ = trained[type_name]
+    path = tmp_path / f"{type_name}.pt"
+    m.save(path, meta={"note": "test"})
+    # a different global RNG state at load time must not matter (e.g. Search-Adaptor's predictor)
+    torch.manual_seed(12345)
+    loaded = Method.load(path)
+    assert type(loaded) is type(m) and loaded.hp == m.hp and loaded.meta == {"note": "test"}
+    for x in (problem.docs, problem.val_queries):
+        np.testing.assert_array_equal(loaded.compress(x), m.compress(x))
+
+
+def test_search_adaptor_checkpoint_holds_only_the_adapter(trained):
+    _, _, m, _ = trained["search_adaptor"]
+    keys = set(m.state_dict())
+    assert keys and all(k.startswith("adapter.") for k in keys)
+    # the predictor did train (it is in the optimiser), it is just not saved
+    assert m.predictor.down.weight.abs().sum() > 0
+
+
+@pytest.mark.parametrize("type_name", ["mrl", "search_adaptor"])
+def test_identity_at_init(problem, type_name):
+    m = new_method(type_name, problem.d, problem.k, HP[type_name], 7)
+    trunc = new_method("truncate", problem.d, problem.k, {}, 7)
+    for x in (problem.docs, problem.val_queries):
+        np.testing.assert_array_equal(m.compress(x), trunc.compress(x))
+
+
+def _short_run(problem, type_name, seed):
+    m, log = train(problem, type_name, seed=seed, epochs=2)
+    rows = [{k: v for k, v in r.items() if k != "seconds"} for r in log.rows]
+    return m.compress(problem.docs), rows
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_deterministic_given_seed(problem, type_name):
+    a, log_a = _short_run(problem, type_name, 2027)
+    b, log_b = _short_run(problem, type_name, 2027)
+    np.testing.assert_array_equal(a, b)
+    assert log_a == log_b
+    c, _ = _short_run(problem, type_name, 2028)
+    assert not np.array_equal(a, c)
+
+
+def test_autoencoder_seed_changes_initialisation(problem):
+    a = new_method("autoencoder", problem.d, problem.k, HP["autoencoder"], 1).compress(problem.docs)
+    b = new_method("autoencoder", problem.d, problem.k, HP["autoencoder"], 2).compress(problem.docs)
+    assert not np.array_equal(a, b)
+
+
+def test_autoencoder_trains_on_corpus_without_triplets(problem):
+    empty = np.zeros(0, dtype=np.int64)
+    data = FitData.from_arrays(problem.docs, problem.val_queries[:0], empty, empty, empty, empty, empty)
+    m = new_method("autoencoder", problem.d, problem.k, {**HP["autoencoder"], "epochs": 1}, 0)
+    assert m.n_items(data) == problem.docs.shape[0]
+    log = TrainLog()
+    m.fit(data, log, progress=False)
+    assert len(log.rows) == 1 and log.rows[0]["reconstruction"] > 0
+
+
+# --------------------------------------------------------------------------- configuration errors
+@pytest.mark.parametrize("type_name", TYPES)
+def test_missing_and_unknown_hyperparameters(type_name):
+    hp = dict(HP[type_name])
+    del hp["lr"]
+    with pytest.raises(ValueError, match="missing hyperparameters \\['lr'\\]"):
+        new_method(type_name, 32, 8, hp, 0)
+    with pytest.raises(ValueError, match="unknown \\['margin'\\]"):
+        new_method(type_name, 32, 8, {**HP[type_name], "margin": 0.7}, 0)
+    with pytest.raises(ValueError, match="output dimension k=40"):
+        new_method(type_name, 32, 40, HP[type_name], 0)
+
+
+@pytest.mark.parametrize("type_name,key,value", [
+    ("autoencoder", "lr", -1e-3),
+    ("autoencoder", "lr", "fast"),
+    ("autoencoder", "hidden", 0),
+    ("autoencoder", "epochs", 2.5),
+    ("autoencoder", "batch_size", True),
+    ("autoencoder", "weight_decay", float("nan")),
+    ("mrl", "alpha", -1.0),
+    ("mrl", "min_prefix", "16x"),
+    ("mrl", "topk_neighbors", 0),
+    ("mrl", "gamma_rank", None),
+    ("search_adaptor", "beta", -0.01),
+    ("search_adaptor", "predictor_hidden", 1.5),
+    ("search_adaptor", "alpha", [0.1]),
+    ("search_adaptor", "l1_reduction", "max"),
+    ("mrl", "l1_reduction", None),
+])
+def test_wrong_hyperparameter_values(type_name, key, value):
+    with pytest.raises(ValueError, match=f"method '{type_name}': hyperparameter '{key}' must be"):
+        new_method(type_name, 32, 8, {**HP[type_name], key: value}, 0)
+
+
+def test_numeric_strings_accepted_for_real_values(problem):
+    # YAML 1.1 reads `1e-3` as a string; like DIVE's float(), accept it.
+    m = new_method("mrl", problem.d, problem.k, {**HP["mrl"], "lr": "1e-3", "hidden": 64.0}, 0)
+    assert m.net["adapter"].hidden == 64
+
+
+def test_resolve_hparams_from_config_entries():
+    training = {"epochs": 50, "batch_size": 128, "hidden": 2048, "weight_decay": 0.01}
+    entry = {"type": "mrl", "alpha": 1.0, "beta": 1.0, "gamma_rank": 1.0, "min_prefix": 16,
+             "topk_neighbors": 10, "l1_reduction": "mean", "lr": 2.0e-4}
+    hp = resolve_hparams("mrl", entry, training)
+    assert hp["hidden"] == 2048 and hp["lr"] == 2.0e-4
+    with pytest.raises(ValueError, match="missing hyperparameter 'predictor_hidden'"):
+        resolve_hparams("search_adaptor", {"type": "search_adaptor", "alpha": 0.1, "beta": 0.01,
+                                           "lr": 2.0e-4}, training)
+    with pytest.raises(ValueError, match="unknown key"):
+        resolve_hparams("autoencoder", {"type": "autoencoder", "lr": 1.0e-3, "alpha": 1}, training)
