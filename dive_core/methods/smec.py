@@ -1,0 +1,300 @@
+"""SMEC (Zhang et al., EMNLP 2025): Sequential Matryoshka Embedding Compression (SPEC section 3).
+
+Three ingredients: Sequential Matryoshka Representation Learning (SMRL: halve the width one
+stage at a time, earlier stages frozen), Adaptive Dimension Selection (ADS: learnable
+per-coordinate importance scores pick which coordinates survive, instead of the prefix) and
+Selectable Cross-batch Memory (S-XBM: a FIFO queue of frozen embeddings; each item's nearest
+queue neighbours give unsupervised similarity targets).
+
+Model. Widths ``d = w_0 > w_1 > ... > w_S = k``. Stage s (1-based) maps ``x_{s-1}`` (width
+N = w_{s-1}, L2-normalised; ``x_0 = z`` the frozen embedding) to::
+
+    y_s     = f_s(x_{s-1})                    ResidualMLP at width N (identity at init), hidden r
+    x_s     = normalise(y_s[:, I_s])          I_s = the w_s coordinates chosen by ADS (ascending)
+    output  = x_S                             (compress() normalises again: a no-op)
+
+Training of stage s (its own ``train_phase`` call, ``phase="stage{s}"``; stages 1..s-1 frozen)::
+
+    mask, I  = straight-through Gumbel top-w_s of the importance scores a_s   (one draw per step)
+    e^N      = y_s            e^{N/2} = (y_s * mask)[:, I]
+    L_s      = 1/2 [L_rank(e^N) + L_rank(e^{N/2})] + xbm_weight * 1/2 [L_xbm(e^N) + L_xbm(e^{N/2})]
+
+with ``L_rank`` = :class:`~dive_core.losses.SMECRankLoss` (graded pairwise softplus rank loss,
+cosines at that width) and ``L_xbm`` = :class:`~dive_core.losses.SMECCrossBatchLoss`.
+
+Decisions where the paper is open (each one is tested in tests/test_smec.py):
+
+1. Stage widths: ``w_{s+1} = max(floor(w_s / 2), k)`` until ``w = k``. So every stage halves
+   except possibly the last, which keeps exactly k of N coordinates when N/2 < k:
+   d=384, k=64 -> 384, 192, 96, 64 (3 stages); d=384, k=96 -> 384, 192, 96; d=32, k=8 ->
+   32, 16, 8; d=4096, k=128 -> 4096, ..., 128 (5 stages). k = d gives no stage: SMEC is then
+   the identity (normalise(z)), there is nothing to compress or train.
+2. Epoch budget: ``epochs`` (the total, 50) split evenly over the S stages, the remainder going
+   to the earliest stages: 50 over 3 stages -> 17, 17, 16; 15 over 2 -> 8, 7. Fewer epochs than
+   stages is a configuration error.
+3. The per-stage layer is the project's shared ResidualMLP at the stage's input width N (hidden
+   width ``hidden``, identity at init), followed by ADS selection; the stage output is
+   re-normalised so every stage sees unit vectors, as the first one does.
+4. "Loss at both widths": both widths belong to the stage being trained - width N is the
+   stage's adapted vector y_s before selection, width N/2 (or k) the selected coordinates. (The
+   stage input x_{s-1} itself is frozen, so a loss on it would have no gradient.) The two widths
+   have equal weight 1/2, so the loss scale does not depend on the number of widths.
+5. ADS: importance scores a_s in R^N, initialised to 0. Training: one Gumbel(0,1) noise vector
+   g per optimiser step, shared by every item of the step (queries, documents and queue
+   neighbours must use the same coordinates); hard mask = k-hot of the top w_s of a_s + g;
+   relaxation soft = softmax((a_s + g) / gumbel_tau); mask = hard + (soft - soft.detach()) -
+   exactly k-hot in the forward pass, gradient of the soft relaxation to a_s (straight-through).
+   ``gumbel_tau`` is the softmax temperature only; the noise itself is unscaled Gumbel(0,1).
+   The noise is drawn from a generator seeded by (seed, stage).
+   Inference: deterministic top-w_s of a_s (stable sort, ties -> lower index), fixed when the
+   stage's training ends and stored as the buffer ``stages.<i>.selected`` in the checkpoint.
+   With a_s = 0 the selection is the prefix, so the untrained model is exactly ``truncate``.
+6. Frozen: after stage s ends, its adapter and importance scores get ``requires_grad=False``
+   and are not given to later optimisers (AdamW weight decay therefore cannot move them
+   either); its selection I_s is fixed. The frozen backbone embeddings z are never trained.
+   The inputs x_{s-1} of stage s are computed once, at the start of the stage, for every item
+   the triplets use (earlier stages are frozen, so they are exact for the whole stage).
+7. S-XBM queue: ``queue_size`` (default 4096) distinct items, each stored with its frozen
+   full-dimension embedding z. After every optimiser step the step's batch items (queries,
+   positives, negatives) are pushed (newest last); a re-pushed item moves to the newest
+   position instead of being stored twice; the oldest entries drop out beyond ``queue_size``.
+   Pushing after the step means a batch is never its own memory. The queue is emptied at the
+   start of each stage (the first step of a stage has no S-XBM term).
+8. S-XBM loss: anchors = the batch's distinct items; neighbours = each anchor's
+   ``queue_neighbors`` (10) queue entries with the largest frozen cosine cos(z_i, z_j), the
+   anchor itself excluded; the target is always the frozen full-dimension cosine (not the
+   previous stage's); the compressed side is recomputed with the current stage from the
+   neighbours' stage inputs (so it never goes stale), but only the anchor side carries a
+   gradient: a neighbour that is not itself an item of the batch is a constant, as memory
+   entries are in cross-batch memory (XBM, Wang et al. 2020). This keeps a step's backward
+   pass to the batch's ~3B items instead of B x queue_neighbors of them; penalty = mean
+   absolute difference |cos(e_i^w, e_j^w) - cos(z_i, z_j)| (the L1 form of Matryoshka-Adaptor's
+   L_topk), weight ``xbm_weight`` (1.0).
+9. Learning rate ``lr`` (5e-6, the paper's setting; SPEC audit grid {1e-6, 5e-6, 1e-5}) is used
+   for every stage with a fresh AdamW per stage; batch 128 triplets; weight decay 0.01.
+
+Logged per epoch (weighted, they sum to ``total``): ``rank_wide``, ``rank_narrow``,
+``xbm_wide``, ``xbm_narrow``; plus ``width_in`` / ``width_out`` (the stage's N and w_s) and
+``neighbours`` (mean admissible queue neighbours per anchor; < queue_neighbors while the queue
+fills).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..adapters import ResidualMLP
+from ..losses import SMECCrossBatchLoss, SMECRankLoss
+from . import _hp_checks as hpc
+from .base import TorchMethod, register
+
+
+def stage_widths(d: int, k: int) -> list[int]:
+    """``[d, w_1, ..., k]`` with ``w_{s+1} = max(w_s // 2, k)`` (decision 1)."""
+    if not 1 <= k <= d:
+        raise ValueError(f"smec: need 1 <= k <= d, got k={k}, d={d}")
+    widths = [int(d)]
+    while widths[-1] > k:
+        widths.append(max(widths[-1] // 2, int(k)))
+    return widths
+
+
+def split_epochs(total: int, n_stages: int) -> list[int]:
+    """``total`` epochs split evenly over ``n_stages``, remainder to the first stages."""
+    if n_stages == 0:
+        return []
+    if total < n_stages:
+        raise ValueError(f"smec: epochs={total} cannot be split over {n_stages} stages "
+                         f"(each stage needs at least one epoch)")
+    base, extra = divmod(int(total), n_stages)
+    return [base + (1 if s < extra else 0) for s in range(n_stages)]
+
+
+def topk_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Deterministic top-k of a 1-D score vector: the k largest (ties -> lower index), returned
+    in ascending coordinate order."""
+    order = torch.sort(scores.detach(), descending=True, stable=True).indices
+    return order[:k].sort().values
+
+
+def gumbel_topk_mask(logits: torch.Tensor, k: int, tau: float,
+                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Straight-through Gumbel top-k over a 1-D logit vector.
+
+    Returns ``(mask, idx)``: ``mask`` is exactly k-hot in the forward pass (``hard + (soft -
+    soft.detach())`` adds an exact zero) and back-propagates the gradient of the relaxation
+    ``soft = softmax((logits + g) / tau)``; ``idx`` = the k chosen coordinates, ascending.
+    """
+    u = torch.rand(logits.shape, generator=generator, dtype=torch.float32)
+    g = (-torch.log(-torch.log(u.clamp_min(1e-20)))).to(device=logits.device, dtype=logits.dtype)
+    perturbed = logits + g
+    idx = topk_indices(perturbed, k)
+    hard = torch.zeros(logits.shape, dtype=logits.dtype, device=logits.device).index_fill(0, idx, 1.0)
+    soft = torch.softmax(perturbed / tau, dim=-1)
+    return hard + (soft - soft.detach()), idx
+
+
+class CrossBatchMemory:
+    """FIFO queue of distinct items (integer keys) with their frozen embeddings (decision 7).
+
+    ``keys`` / ``emb`` are ordered oldest -> newest. ``push`` appends a batch (an item repeated
+    within the batch keeps its last position; an item already queued moves to the newest
+    position) and drops the oldest entries beyond ``size``.
+    """
+
+    def __init__(self, size: int, dim: int, device: torch.device | str = "cpu"):
+        if size < 1:
+            raise ValueError(f"queue size must be >= 1, got {size}")
+        self.size = int(size)
+        self.keys = torch.empty(0, dtype=torch.long, device=device)
+        self.emb = torch.empty(0, dim, dtype=torch.float32, device=device)
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    @torch.no_grad()
+    def push(self, keys: torch.Tensor, emb: torch.Tensor) -> None:
+        n = keys.shape[0]
+        if n == 0:
+            return
+        uniq, inv = torch.unique(keys, return_inverse=True)
+        last = torch.full((uniq.shape[0],), -1, dtype=torch.long, device=keys.device)
+        last = last.scatter_reduce(0, inv, torch.arange(n, device=keys.device), reduce="amax")
+        keep = last.sort().values
+        keys, emb = keys[keep], emb[keep].detach().to(self.emb.dtype)
+        old = ~torch.isin(self.keys, keys)
+        self.keys = torch.cat([self.keys[old], keys])[-self.size:]
+        self.emb = torch.cat([self.emb[old], emb])[-self.size:]
+
+
+class SMECStage(nn.Module):
+    """One SMRL stage: ResidualMLP at width ``width_in``, ADS importance scores, and the
+    selection ``selected`` (buffer, fixed when the stage is frozen)."""
+
+    def __init__(self, width_in: int, width_out: int, hidden: int):
+        super().__init__()
+        self.width_in, self.width_out = int(width_in), int(width_out)
+        self.adapter = ResidualMLP(self.width_in, int(hidden))
+        self.importance = nn.Parameter(torch.zeros(self.width_in))
+        self.register_buffer("selected", topk_indices(self.importance, self.width_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Inference path: ``normalise(f(x)[:, selected])``."""
+        return F.normalize(self.adapter(x)[:, self.selected], dim=-1)
+
+    @torch.no_grad()
+    def freeze(self) -> None:
+        self.selected.copy_(topk_indices(self.importance, self.width_out))
+        self.requires_grad_(False)
+
+
+@register
+class SMEC(TorchMethod):
+    type = "smec"
+    hyperparameters = ("queue_size", "queue_neighbors", "gumbel_tau", "xbm_weight",
+                       "lr", "epochs", "batch_size", "hidden", "weight_decay")
+
+    def build(self) -> None:
+        hpc.check_shared(self.type, self.hp)
+        self.queue_size = hpc.as_int(self.type, self.hp, "queue_size")
+        self.queue_neighbors = hpc.as_int(self.type, self.hp, "queue_neighbors")
+        self.gumbel_tau = hpc.as_float(self.type, self.hp, "gumbel_tau", positive=True)
+        self.xbm_weight = hpc.as_float(self.type, self.hp, "xbm_weight")
+        self.widths = stage_widths(self.d, self.k)
+        self.stage_epochs = split_epochs(hpc.as_int(self.type, self.hp, "epochs"), len(self.widths) - 1)
+        hidden = hpc.as_int(self.type, self.hp, "hidden")
+        stages = [SMECStage(a, b, hidden) for a, b in zip(self.widths[:-1], self.widths[1:])]
+        self.net = nn.ModuleDict({"stages": nn.ModuleList(stages)}).to(self.device)
+        self.rank_loss = SMECRankLoss()
+        self.xbm_loss = SMECCrossBatchLoss()
+
+    @property
+    def stages(self) -> nn.ModuleList:
+        return self.net["stages"]
+
+    def transform(self, x: torch.Tensor, n_stages: int | None = None) -> torch.Tensor:
+        """The first ``n_stages`` stages (all by default) on normalised frozen embeddings."""
+        for st in list(self.stages)[:n_stages]:
+            x = st(x)
+        return x
+
+    # -- training ----------------------------------------------------------------------
+    def fit(self, data, log, progress: bool = True) -> None:
+        if data.n_triplets == 0:
+            raise ValueError("smec: supervised method, needs training triplets")
+        dev = data.device
+        self.net.to(dev)
+        # The items the triplets use: distinct documents, then distinct queries (keys = rows).
+        doc_rows = torch.unique(torch.cat([data.t_p, data.t_n]))
+        q_rows = torch.unique(data.t_q)
+        self._z = torch.cat([data.docs[doc_rows], data.queries[q_rows]])
+        self._tq = doc_rows.shape[0] + torch.searchsorted(q_rows, data.t_q)
+        self._tp = torch.searchsorted(doc_rows, data.t_p)
+        self._tn = torch.searchsorted(doc_rows, data.t_n)
+        self._yp, self._yn = data.y_p, data.y_n
+        try:
+            for s, (st, epochs) in enumerate(zip(self.stages, self.stage_epochs)):
+                self.net.eval()
+                with torch.no_grad():  # stage inputs through the frozen earlier stages
+                    self._x = torch.cat([self.transform(c, s) for c in self._z.split(65536)])
+                st.requires_grad_(True)
+                seed = int(np.random.SeedSequence([int(self.seed), s]).generate_state(1)[0])
+                self._gen = torch.Generator().manual_seed(seed)
+                self._stage = s
+                self._queue = CrossBatchMemory(self.queue_size, self.d, dev)
+                self._pending = None
+                self.train_phase(data, log, epochs, self.hp["lr"], self._stage_loss, st.parameters(),
+                                 phase=f"stage{s + 1}", progress=progress, after_step=self._push)
+                st.freeze()
+        finally:
+            for name in ("_z", "_x", "_tq", "_tp", "_tn", "_yp", "_yn", "_queue", "_pending", "_gen"):
+                self.__dict__.pop(name, None)
+        self.net.eval()
+
+    def _push(self) -> None:
+        self._queue.push(self._pending, self._z[self._pending])
+
+    def _stage_loss(self, data, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        st = self.stages[self._stage]
+        kq, kp, kn = self._tq[idx], self._tp[idx], self._tn[idx]
+        mask, sel = gumbel_topk_mask(st.importance, st.width_out, self.gumbel_tau, self._gen)
+        self._pending = torch.cat([kq, kp, kn])
+        anchors = torch.unique(self._pending)
+        if len(self._queue):
+            exclude = anchors[:, None] == self._queue.keys[None, :]
+            nb, target, valid = self.xbm_loss.neighbours(self._z[anchors], self._queue.emb,
+                                                         self.queue_neighbors, exclude)
+            nb_keys = self._queue.keys[nb]
+        else:
+            nb_keys = anchors.new_zeros((anchors.shape[0], 0))
+            target = self._z.new_zeros((anchors.shape[0], 0))
+            valid = torch.zeros_like(target, dtype=torch.bool)
+        # anchors (every triplet item) carry gradients; queue neighbours that are not anchors
+        # are recomputed by the current stage without gradient (memory entries are constants)
+        others = torch.unique(nb_keys.reshape(-1))
+        others = others[~torch.isin(others, anchors)]
+        wide = st.adapter(self._x[anchors])
+        if others.numel():
+            with torch.no_grad():
+                wide_others = st.adapter(self._x[others])
+            wide = torch.cat([wide, wide_others])
+        need = torch.cat([anchors, others])
+        row = torch.full((self._z.shape[0],), -1, dtype=torch.long, device=need.device)
+        row[need] = torch.arange(need.shape[0], device=need.device)
+        narrow = (wide * mask)[:, sel]
+        at = lambda keys: row[keys]  # noqa: E731 - rows of `wide` / `narrow`
+        yp, yn = self._yp[idx], self._yn[idx]
+        out: dict[str, torch.Tensor] = {}
+        for name, e in (("wide", wide), ("narrow", narrow)):
+            rank = self.rank_loss(e[at(kq)], e[at(kp)], e[at(kn)], yp, yn)
+            xbm = self.xbm_loss(e[at(anchors)], e[at(nb_keys)], target, valid)
+            out[f"rank_{name}"] = 0.5 * rank
+            out[f"xbm_{name}"] = 0.5 * self.xbm_weight * xbm
+        loss = out["rank_wide"] + out["rank_narrow"] + out["xbm_wide"] + out["xbm_narrow"]
+        log = {k: v.detach() for k, v in out.items()}
+        log.update(width_in=torch.tensor(float(st.width_in)), width_out=torch.tensor(float(st.width_out)),
+                   neighbours=valid.float().sum(1).mean() if valid.numel() else torch.tensor(0.0))
+        return {"loss": loss, **log}

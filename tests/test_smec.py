@@ -1,0 +1,330 @@
+"""SMEC baseline (dive_core/methods/smec.py and the SMEC section of dive_core/losses.py)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dive_core.losses import SMECCrossBatchLoss, SMECRankLoss
+from dive_core.methods import method_class, new_method, resolve_hparams
+from dive_core.methods.base import Method
+from dive_core.methods.smec import (CrossBatchMemory, gumbel_topk_mask, split_epochs, stage_widths,
+                                    topk_indices)
+from dive_core.training import FitData, TrainLog
+from synthetic import FAST, make_problem
+
+SMEC_SPECIFIC = dict(queue_size=4096, queue_neighbors=10, gumbel_tau=1.0, xbm_weight=1.0)
+SMEC_HP = dict(SMEC_SPECIFIC, lr=1e-3, **FAST)  # FAST: 15 epochs -> stages of 8 and 7 epochs
+
+
+# -- helpers: plain-Python references ---------------------------------------------------------
+def _cos(a, b):
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def _softplus(x):
+    return math.log(1.0 + math.exp(x))
+
+
+def _t(rows):
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+# -- loss terms against hand computations -----------------------------------------------------
+def test_rank_loss_matches_loop():
+    q = [[1.0, 0.0, 2.0], [0.5, -1.0, 0.0]]
+    p = [[1.0, 1.0, 1.0], [0.0, -2.0, 1.0]]
+    n = [[-1.0, 0.0, 0.5], [1.0, 1.0, 1.0]]
+    y_p, y_n = [2.0, 1.0], [0.0, 0.0]
+    expected = sum((y_p[i] - y_n[i]) * _softplus(_cos(q[i], n[i]) - _cos(q[i], p[i])) for i in range(2)) / 2
+    got = SMECRankLoss()(_t(q), _t(p), _t(n), _t(y_p), _t(y_n))
+    assert got.item() == pytest.approx(expected, abs=1e-12)
+    # equal grades contribute nothing
+    assert SMECRankLoss()(_t(q), _t(p), _t(n), _t([1.0, 1.0]), _t([1.0, 1.0])).item() == 0.0
+
+
+def test_cross_batch_neighbours_match_loop():
+    anchors = [[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]
+    queue = [[1.0, 0.1, 0.0], [0.9, 0.0, 0.3], [0.0, 1.0, 0.9], [-1.0, 0.2, 0.0], [0.2, 0.5, 0.5]]
+    exclude = [[False, True, False, False, False], [False, False, False, False, False]]
+    m = 2
+    idx, target, valid = SMECCrossBatchLoss.neighbours(_t(anchors), _t(queue), m, torch.tensor(exclude))
+    for i, a in enumerate(anchors):
+        sims = [(_cos(a, e), j) for j, e in enumerate(queue) if not exclude[i][j]]
+        best = sorted(sims, reverse=True)[:m]
+        assert idx[i].tolist() == [j for _, j in best]
+        assert target[i].tolist() == pytest.approx([s for s, _ in best], abs=1e-12)
+        assert valid[i].tolist() == [True] * m
+    # fewer admissible entries than m: the empty slots are invalid
+    idx, target, valid = SMECCrossBatchLoss.neighbours(_t(anchors[:1]), _t(queue[:2]), 10,
+                                                       torch.tensor([[False, True]]))
+    assert idx.shape == (1, 2) and valid.tolist() == [[True, False]] and idx[0, 0].item() == 0
+
+
+def test_cross_batch_loss_matches_loop():
+    anchor = [[1.0, 2.0], [0.0, 1.0]]
+    nbrs = [[[1.0, 0.0], [2.0, 2.0], [0.0, -1.0]], [[1.0, 1.0], [3.0, 0.5], [0.0, 0.0]]]
+    target = [[0.9, 0.1, -0.2], [0.5, 0.3, 0.0]]
+    valid = [[True, True, True], [True, False, False]]
+    terms = [abs(_cos(anchor[i], nbrs[i][j]) - target[i][j])
+             for i in range(2) for j in range(3) if valid[i][j]]
+    got = SMECCrossBatchLoss()(_t(anchor), _t(nbrs), _t(target), torch.tensor(valid))
+    assert got.item() == pytest.approx(sum(terms) / len(terms), abs=1e-12)
+    # no admissible pair: zero, still differentiable
+    a = _t(anchor).requires_grad_()
+    zero = SMECCrossBatchLoss()(a, _t(nbrs), _t(target), torch.zeros(2, 3, dtype=torch.bool))
+    zero.backward()
+    assert zero.item() == 0.0 and a.grad is not None
+
+
+# -- ADS ------------------------------------------------------------------------------------
+def test_gumbel_topk_is_exact_k_hot_with_gradient_to_scores():
+    logits = torch.randn(12, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    gen = torch.Generator().manual_seed(7)
+    state = gen.get_state()
+    mask, idx = gumbel_topk_mask(logits, 5, tau=0.5, generator=gen)
+    assert set(mask.detach().unique().tolist()) <= {0.0, 1.0}
+    assert mask.detach().sum().item() == 5.0
+    assert torch.nonzero(mask.detach()).flatten().tolist() == idx.tolist()
+    assert idx.tolist() == sorted(idx.tolist())
+    # gradients reach the importance scores, and they are those of softmax((logits + g) / tau)
+    w = torch.randn(12, generator=torch.Generator().manual_seed(2))
+    (mask * w).sum().backward()
+    assert logits.grad is not None and torch.isfinite(logits.grad).all() and logits.grad.abs().sum() > 0
+    u = torch.rand(12, generator=torch.Generator().set_state(state))
+    g = -torch.log(-torch.log(u.clamp_min(1e-20)))
+    ref_logits = logits.detach().clone().requires_grad_()
+    pert = ref_logits + g
+    (torch.softmax(pert / 0.5, dim=-1) * w).sum().backward()
+    assert torch.allclose(logits.grad, ref_logits.grad, atol=1e-7)
+    # the hard selection is the top-k of the perturbed scores
+    assert idx.tolist() == sorted(torch.topk(pert.detach(), 5).indices.tolist())
+    # same generator seed -> same draw
+    _, idx2 = gumbel_topk_mask(logits, 5, tau=0.5, generator=torch.Generator().manual_seed(7))
+    assert idx2.tolist() == idx.tolist()
+
+
+def test_deterministic_topk_ties_go_to_lower_index():
+    assert topk_indices(torch.zeros(8), 3).tolist() == [0, 1, 2]
+    assert topk_indices(torch.tensor([0.0, 2.0, 1.0, 2.0, -1.0]), 3).tolist() == [1, 2, 3]
+
+
+# -- S-XBM queue ----------------------------------------------------------------------------
+def _ref_push(queue, batch, size):
+    """List reference: a batch item keeps its last position, a queued item moves to the end."""
+    last = {}
+    for pos, key in enumerate(batch):
+        last[key] = pos
+    new = [key for pos, key in enumerate(batch) if last[key] == pos]
+    return ([key for key in queue if key not in new] + new)[-size:]
+
+
+def test_fifo_queue_keeps_newest_items_in_order():
+    q = CrossBatchMemory(size=5, dim=2)
+    ref: list[int] = []
+    for batch in ([0, 1, 2], [3, 4, 5, 6], [4, 7, 7], [8], [9, 10, 11, 12, 13, 14]):
+        keys = torch.tensor(batch)
+        q.push(keys, torch.stack([keys.float(), -keys.float()], 1))
+        ref = _ref_push(ref, batch, 5)
+        assert q.keys.tolist() == ref
+        assert q.emb[:, 0].tolist() == [float(k) for k in ref]  # embeddings travel with their keys
+        assert q.emb[:, 1].tolist() == [-float(k) for k in ref]
+    assert q.keys.tolist() == [10, 11, 12, 13, 14] and len(q) == 5
+    plain = CrossBatchMemory(size=4, dim=1)
+    for start in range(0, 10, 3):  # distinct items: plain FIFO
+        keys = torch.arange(start, min(start + 3, 10))
+        plain.push(keys, keys[:, None].float())
+    assert plain.keys.tolist() == [6, 7, 8, 9]
+
+
+# -- stages ---------------------------------------------------------------------------------
+def test_stage_widths_and_epoch_split():
+    assert stage_widths(384, 64) == [384, 192, 96, 64]
+    assert stage_widths(384, 96) == [384, 192, 96]
+    assert stage_widths(32, 8) == [32, 16, 8]
+    assert stage_widths(4096, 128) == [4096, 2048, 1024, 512, 256, 128]
+    assert stage_widths(16, 16) == [16]
+    assert split_epochs(50, 3) == [17, 17, 16]
+    assert split_epochs(15, 2) == [8, 7]
+    assert split_epochs(50, 0) == []
+    with pytest.raises(ValueError, match="cannot be split"):
+        split_epochs(2, 3)
+    m = new_method("smec", 384, 64, dict(SMEC_HP, hidden=8), seed=0)
+    assert [(s.width_in, s.width_out) for s in m.stages] == [(384, 192), (192, 96), (96, 64)]
+    assert m.stage_epochs == [5, 5, 5]
+    with pytest.raises(ValueError, match="cannot be split"):
+        new_method("smec", 384, 64, dict(SMEC_HP, hidden=8, epochs=2), seed=0)
+
+
+def test_bad_hyperparameters_are_rejected():
+    for key, bad in (("gumbel_tau", 0.0), ("queue_size", 0), ("queue_neighbors", 1.5), ("xbm_weight", -1.0)):
+        with pytest.raises(ValueError, match=key):
+            new_method("smec", 32, 8, dict(SMEC_HP, **{key: bad}), seed=0)
+
+
+def test_config_entry_resolves():
+    entry = dict(type="smec", lr=5.0e-6, **SMEC_SPECIFIC)
+    training = dict(epochs=50, batch_size=128, hidden=2048, weight_decay=0.01)
+    hp = resolve_hparams("smec", entry, training)
+    assert hp == dict(SMEC_SPECIFIC, lr=5.0e-6, **training)
+    assert method_class("smec").supervised
+    with pytest.raises(ValueError, match="unknown key"):
+        resolve_hparams("smec", dict(entry, margin=0.7), training)
+
+
+# -- training on the synthetic problem --------------------------------------------------------
+@pytest.fixture(scope="module")
+def problem():
+    torch.set_num_threads(1)
+    return make_problem()
+
+
+def _snapshot(stage):
+    return {k: v.detach().clone() for k, v in stage.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def trained(problem):
+    m = new_method("smec", problem.d, problem.k, SMEC_HP, seed=0)
+    before = problem.score(m)
+    untrained_docs = m.compress(problem.docs)
+    snaps = []  # (phase, stage-1 state, stage-2 state) after every epoch
+    log = TrainLog(on_epoch=lambda row: snaps.append((row["phase"], _snapshot(m.stages[0]),
+                                                       _snapshot(m.stages[1]))))
+    m.fit(problem.train, log, progress=False)
+    return dict(method=m, before=before, after=problem.score(m), log=log, snaps=snaps,
+                untrained_docs=untrained_docs)
+
+
+def test_untrained_smec_is_truncate(problem, trained):
+    tr = new_method("truncate", problem.d, problem.k, {}, 0)
+    assert np.allclose(trained["untrained_docs"], tr.compress(problem.docs), atol=1e-6)
+    assert trained["before"] == pytest.approx(problem.score(tr))
+
+
+def test_training_improves_validation_ndcg(trained):
+    print(f"synthetic nDCG@10: untrained {trained['before']:.4f} -> trained {trained['after']:.4f}")
+    assert trained["after"] > trained["before"] + 0.05  # 0.215 -> 0.312 with seed 0
+
+
+def test_log_has_one_phase_per_stage(trained):
+    rows = trained["log"].rows
+    assert [r["phase"] for r in rows] == ["stage1"] * 8 + ["stage2"] * 7
+    assert [r["epoch"] for r in rows] == list(range(1, 16))
+    assert {(r["width_in"], r["width_out"]) for r in rows if r["phase"] == "stage1"} == {(32.0, 16.0)}
+    assert {(r["width_in"], r["width_out"]) for r in rows if r["phase"] == "stage2"} == {(16.0, 8.0)}
+    for r in rows:
+        parts = r["rank_wide"] + r["rank_narrow"] + r["xbm_wide"] + r["xbm_narrow"]
+        assert r["total"] == pytest.approx(parts, rel=1e-5)
+        assert 0 < r["neighbours"] <= 10
+
+
+def test_earlier_stage_frozen_during_later_stage(trained):
+    m, snaps = trained["method"], trained["snaps"]
+    final1, final2 = _snapshot(m.stages[0]), _snapshot(m.stages[1])
+    last_stage1 = [s1 for phase, s1, _ in snaps if phase == "stage1"][-1]
+    for name, value in last_stage1.items():
+        if name != "selected":  # the selection is fixed by freeze(), right after the last epoch
+            assert torch.equal(value, final1[name]), name
+    for phase, s1, s2 in snaps:
+        if phase == "stage2":
+            assert all(torch.equal(v, final1[k]) for k, v in s1.items())
+    # ... while stage 2 did train, and stage 1 did learn something in its own phase
+    first_stage2 = [s2 for phase, _, s2 in snaps if phase == "stage2"][0]
+    assert not torch.equal(first_stage2["adapter.up.weight"], final2["adapter.up.weight"])
+    assert not torch.equal(final1["adapter.down.weight"], torch.zeros_like(final1["adapter.down.weight"]))
+    assert not any(p.requires_grad for p in m.net.parameters())
+    # the frozen selection is the deterministic top-k of the learned importance scores
+    for st in m.stages:
+        assert st.selected.tolist() == topk_indices(st.importance, st.width_out).tolist()
+
+
+def test_compress_is_normalised_width_k(problem, trained):
+    out = trained["method"].compress(problem.docs)
+    assert out.shape == (len(problem.docs), problem.k) and out.dtype == np.float32
+    assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+
+
+def test_save_load_round_trip(tmp_path, problem, trained):
+    m = trained["method"]
+    path = tmp_path / "smec.pt"
+    m.save(path)
+    loaded = Method.load(path)
+    assert loaded.type == "smec" and [s.selected.tolist() for s in loaded.stages] == \
+        [s.selected.tolist() for s in m.stages]
+    assert "stages.0.selected" in loaded.state_dict() and "stages.1.selected" in loaded.state_dict()
+    assert any(s.selected.tolist() != list(range(s.width_out)) for s in m.stages)  # learned, not prefix
+    assert np.array_equal(loaded.compress(problem.docs), m.compress(problem.docs))
+    assert np.array_equal(loaded.compress(problem.val_queries), m.compress(problem.val_queries))
+
+
+def test_same_seed_is_deterministic(problem, trained):
+    again = new_method("smec", problem.d, problem.k, SMEC_HP, seed=0)
+    log = TrainLog()
+    again.fit(problem.train, log, progress=False)
+    assert np.array_equal(again.compress(problem.docs), trained["method"].compress(problem.docs))
+    assert [r["total"] for r in log.rows] == [r["total"] for r in trained["log"].rows]
+
+
+def test_first_step_objective_by_hand(problem):
+    """Step 1 of stage 1: identity adapter, empty queue, so the objective is
+    1/2 R(z) + 1/2 R(z[:, I]) with I the step's Gumbel selection and no S-XBM term; the queue
+    then holds the step's distinct items in order of last appearance."""
+    m = new_method("smec", problem.d, problem.k, dict(SMEC_HP, epochs=2), seed=3)
+    calls = []
+    original = m._stage_loss
+
+    def spy(data, idx):
+        gen_state = m._gen.get_state()
+        queue_keys = m._queue.keys.tolist()
+        out = original(data, idx)
+        calls.append(dict(idx=idx.clone(), gen_state=gen_state, queue=queue_keys,
+                          pending=m._pending.tolist(), out={k: v.detach() for k, v in out.items()}))
+        if len(calls) == 2:
+            raise StopIteration  # enough
+        return out
+
+    m._stage_loss = spy
+    with pytest.raises(StopIteration):
+        m.fit(problem.train, TrainLog(), progress=False)
+    first, second = calls
+    data = problem.train
+    idx = first["idx"].tolist()
+    _, sel = gumbel_topk_mask(torch.zeros(problem.d), problem.d // 2, 1.0,
+                              torch.Generator().set_state(first["gen_state"]))
+    sel = sel.tolist()
+    q, p, n = (data.queries.numpy(), data.docs.numpy(), data.docs.numpy())
+    terms_wide, terms_narrow = [], []
+    for i in idx:
+        qi, pi, ni = q[data.t_q[i]], p[data.t_p[i]], n[data.t_n[i]]
+        w = float(data.y_p[i] - data.y_n[i])
+        terms_wide.append(w * _softplus(_cos(qi, ni) - _cos(qi, pi)))
+        pick = lambda v: [float(v[c]) for c in sel]  # noqa: E731
+        terms_narrow.append(w * _softplus(_cos(pick(qi), pick(ni)) - _cos(pick(qi), pick(pi))))
+    out = first["out"]
+    assert first["queue"] == [] and out["neighbours"].item() == 0.0
+    assert out["xbm_wide"].item() == 0.0 and out["xbm_narrow"].item() == 0.0
+    assert out["rank_wide"].item() == pytest.approx(0.5 * sum(terms_wide) / len(idx), rel=1e-5)
+    assert out["rank_narrow"].item() == pytest.approx(0.5 * sum(terms_narrow) / len(idx), rel=1e-5)
+    assert out["loss"].item() == pytest.approx(out["rank_wide"].item() + out["rank_narrow"].item(), rel=1e-6)
+    assert second["queue"] == _ref_push([], first["pending"], SMEC_HP["queue_size"])
+    assert second["out"]["neighbours"].item() == 10.0
+
+
+def test_requires_triplets(problem):
+    empty = torch.zeros(0, dtype=torch.long)
+    data = FitData(problem.train.docs, problem.train.queries, empty, empty, empty,
+                   empty.float(), empty.float())
+    with pytest.raises(ValueError, match="triplets"):
+        new_method("smec", problem.d, problem.k, SMEC_HP, seed=0).fit(data, TrainLog(), progress=False)
+
+
+def test_k_equal_d_is_identity(problem):
+    m = new_method("smec", problem.d, problem.d, SMEC_HP, seed=0)
+    assert len(m.stages) == 0
+    log = TrainLog()
+    m.fit(problem.train, log, progress=False)
+    assert log.rows == []
+    assert np.allclose(m.compress(problem.docs), problem.docs, atol=1e-6)
