@@ -130,7 +130,7 @@ def check(config: Mapping, registry: Mapping[str, dict], deep: bool = True) -> N
                 raise ConfigError(f"config: experiments.{ename}.datasets[{i}] = {ds!r} is not in the dataset registry")
     if not deep:
         return
-    used = {m for exp in (config.get("experiments") or {}).values() for m in exp.get("methods", [])}
+    used = {m for name in enabled_experiments(config) for m in experiment(config, name)["methods"]}
     bname = config["backbone"]
     bb = config["backbones"][bname]
     for mname in config["methods"]:

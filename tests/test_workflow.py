@@ -21,7 +21,7 @@ TINY = BEIR / "_derived" / "scifact-tiny"
 if not TINY.is_dir():
     pytest.skip(f"shared BEIR data not found at {TINY} (set BEIR_DATA_DIR)", allow_module_level=True)
 
-METHODS = ("frozen", "truncate", "pca", "dive")
+METHODS = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -92,12 +92,14 @@ def test_result_json_is_sane(workdir):
         for name in ("ndcg@10", "recall@10", "recall@100", "mrr@10"):
             assert 0.0 <= r["metrics"][name] <= 1.0
         assert r["metrics"]["recall@100"] >= r["metrics"]["recall@10"]
-        assert r["metrics"]["ndcg@10"] > 0.3  # frozen MiniLM on SciFact is far from random
+        if m in ("frozen", "truncate", "dive"):  # MiniLM on SciFact is far from random
+            assert r["metrics"]["ndcg@10"] > 0.3
         sub = r["subsets"]
         assert sub["seen"]["n_queries"] + sub["unseen"]["n_queries"] == 10
         fp = r["fingerprints"]
         assert set(fp["source"]) == {"corpus.jsonl", "queries.jsonl", "qrels/test.tsv"}
         assert re.fullmatch(r"[0-9a-f]{64}", fp["checkpoint_sha256"])
+        assert re.fullmatch(r"[0-9a-f]{64}", fp["weights_sha256"])
         assert r["versions"]["torch"] and r["config"]["split"]["seed"] == 2027
         per_query = (workdir / r["artifacts"]["per_query"]).read_text().splitlines()
         assert len(per_query) == 11 and per_query[0].startswith("query_id\tndcg@10")
@@ -113,11 +115,18 @@ def test_rerun_does_nothing(workdir):
 
 
 def test_deleting_an_artifact_reruns_only_its_dependents(workdir):
-    (workdir / "results/scifact-tiny/minilm/dive/k64/final/seed2027/model.pt").unlink()
+    run = workdir / "results/scifact-tiny/minilm/dive/k64/final/seed2027"
+    before = json.loads((run / "eval.json").read_text())
+    per_query = (run / "per_query.tsv").read_bytes()
+    (run / "model.pt").unlink()
     assert planned_jobs(workdir, "all") == {"train": 1, "evaluate": 1, "headline_result": 1,
                                             "table": 1, "all": 1}
     snakemake(workdir, "all")
     assert planned_jobs(workdir, "all") == {}
+    # same inputs and seed in a new process: the same weights and the same per-query numbers
+    after = json.loads((run / "eval.json").read_text())
+    assert after["fingerprints"]["weights_sha256"] == before["fingerprints"]["weights_sha256"]
+    assert (run / "per_query.tsv").read_bytes() == per_query
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):
@@ -181,7 +190,8 @@ def test_slurm_profile_plans_the_same_jobs(tmp_path):
     work.mkdir()
     out = snakemake(work, "--profile", str(profile), "-n")
     text = out.stdout + out.stderr
-    assert planned_jobs(work) == {"stage_beir": 1, "make_splits": 1, "embed": 1, "triplets": 1, "train": 4,
-                                  "evaluate": 4, "headline_result": 4, "table": 1, "all": 1}
+    n = len(METHODS)
+    assert planned_jobs(work) == {"stage_beir": 1, "make_splits": 1, "embed": 1, "triplets": 1, "train": n,
+                                  "evaluate": n, "headline_result": n, "table": 1, "all": 1}
     assert re.search(r"rule embed:.*?resources: [^\n]*mem_mb=64000[^\n]*gpu=1", text, re.S)
     assert re.search(r"rule train:.*?resources: [^\n]*gpu=1", text, re.S)
