@@ -183,19 +183,11 @@ def read_embeddings(path: str | Path, normalize: bool = True) -> Embeddings:
             raw = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
     except (OSError, KeyError) as exc:
         raise ValueError(f"{path}: not a valid embedding file: {exc}") from exc
-    json_keys = raw.pop(JSON_ATTRS, None)
-    if json_keys is not None:
-        json_keys = set(json.loads(json_keys))
+    json_keys = set(json.loads(raw.pop(JSON_ATTRS, "[]")))
     attrs: dict[str, Any] = {}
     for k, v in raw.items():
-        if json_keys is not None:
-            if k in json_keys:
-                v = json.loads(v)
-        elif isinstance(v, str) and v[:1] in ("{", "["):  # files written before JSON_ATTRS
-            try:
-                v = json.loads(v)
-            except json.JSONDecodeError:
-                pass
+        if k in json_keys:
+            v = json.loads(v)
         attrs[k] = v.item() if isinstance(v, np.generic) else v
     if docs.ndim != 2 or queries.ndim != 2 or len(doc_ids) != len(docs) \
             or len(query_ids) != len(queries) or docs.shape[1] != queries.shape[1]:

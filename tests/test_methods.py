@@ -157,3 +157,21 @@ def test_hparams_come_from_config_and_errors_name_the_key():
         resolve_hparams("dive", {k: v for k, v in entry.items() if k != "tau"}, training)
     with pytest.raises(ValueError, match=r"methods\.dive: unknown key\(s\) \['mragin'\]"):
         resolve_hparams("dive", {**entry, "mragin": 1}, training)
+
+
+@pytest.mark.parametrize("key,value", [("margin", -0.1), ("tau", 0.0), ("heads", 2.5),
+                                       ("triplet_loss", "hing"), ("lr", "fast")])
+def test_dive_rejects_bad_values_naming_the_key(key, value):
+    with pytest.raises(ValueError, match=f"method 'dive': hyperparameter '{key}' must be"):
+        new_method("dive", 32, 8, {**DIVE_HP, key: value}, 0)
+
+
+def test_state_sha256_identifies_weights(problem, tmp_path):
+    hp = {**DIVE_HP, "epochs": 1}
+    a, b, c = (new_method("dive", problem.d, problem.k, hp, s) for s in (0, 0, 1))
+    for m in (a, b, c):
+        fit(m, problem)
+    assert a.state_sha256() == b.state_sha256() != c.state_sha256()
+    a.save(tmp_path / "a.pt", meta={"train_seconds": 1.0})
+    b.save(tmp_path / "b.pt", meta={"train_seconds": 2.0})  # different provenance, same weights
+    assert Method.load(tmp_path / "a.pt").state_sha256() == Method.load(tmp_path / "b.pt").state_sha256()

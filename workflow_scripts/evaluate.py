@@ -21,6 +21,7 @@ result = {
     "config": {**snakemake.params.config_snapshot, "hparams": method.hp, "negatives": meta.get("negatives"),
                "n_triplets": meta.get("n_triplets"), "n_train_queries": meta.get("n_train_queries")},
     "fingerprints": {**meta["fingerprints"], "checkpoint_sha256": sha256_file(inp.checkpoint),
+                     "weights_sha256": method.state_sha256(),
                      "per_query_sha256": sha256_file(out.per_query)},
     "timings": {"train_seconds": meta.get("train_seconds"), **summary["timings"]},
     "training": {"final_epoch": meta.get("final_epoch"), "device": meta.get("device"),

@@ -97,6 +97,7 @@ class Method:
         if not 1 <= k <= d:
             raise ValueError(f"method {self.type!r}: output dimension k={k} must be in [1, d={d}]")
         self.d, self.k, self.hp, self.seed, self.device = d, k, hparams, seed, device
+        self.meta: dict[str, Any] = {}  # provenance stored with / read from a checkpoint
         self.build()
 
     # -- to override -------------------------------------------------------------------
@@ -130,6 +131,18 @@ class Method:
             out[s:s + batch_size] = normalize(self.transform(xb)).float().cpu().numpy()
         return out
 
+    def state_sha256(self) -> str:
+        """sha256 of the learned state alone (names, dtypes, shapes, values): equal for equal
+        weights, unlike the checkpoint file, which also records timings and provenance."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for name, t in sorted(self.state_dict().items()):
+            t = t.detach().cpu().contiguous()
+            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+        return h.hexdigest()
+
     def save(self, path: str | Path, meta: Mapping[str, Any] | None = None) -> None:
         obj = {
             "format": CHECKPOINT_FORMAT,
@@ -139,6 +152,7 @@ class Method:
             "seed": self.seed,
             "hparams": dict(self.hp),
             "state": {n: t.detach().cpu().contiguous() for n, t in self.state_dict().items()},
+            "state_sha256": self.state_sha256(),
             "meta": dict(meta or {}),
         }
         with atomic_path(path, suffix=".pt.tmp") as tmp:
