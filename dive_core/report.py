@@ -129,7 +129,7 @@ def bar_chart(path: str | Path, summary: Sequence[Mapping], methods: Sequence[st
     import matplotlib.pyplot as plt
 
     by = {(s["dataset"], s["method"]): s for s in summary}
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(methods) * len(datasets) + 2), 4.5), dpi=120)
+    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(methods) * len(datasets) + 3.5), 4.5), dpi=120)
     width = 0.8 / max(1, len(methods))
     for i, me in enumerate(methods):
         xs, ys, es = [], [], []
@@ -141,12 +141,13 @@ def bar_chart(path: str | Path, summary: Sequence[Mapping], methods: Sequence[st
             ys.append(s[metric])
             es.append(0 if math.isnan(s[f"{metric}_std"]) else s[f"{metric}_std"])
         ax.bar(xs, ys, width, yerr=es, capsize=3, label=me)
-        for x, y in zip(xs, ys):
-            ax.text(x, y + 0.005, f"{y:.3f}", ha="center", va="bottom", fontsize=7, rotation=90)
+        for x, y, e in zip(xs, ys, es):
+            ax.text(x, y + e + 0.01, f"{y:.3f}", ha="center", va="bottom", fontsize=7, rotation=90)
     ax.set_xticks(range(len(datasets)), datasets)
     ax.set_ylabel(metric)
-    ax.set_title(title or metric)
-    ax.legend(fontsize=8, ncol=min(4, len(methods)), loc="lower right")
+    ax.set_ylim(0, min(1.0, max([s[metric] for s in summary if not math.isnan(s[metric])] + [0.1]) + 0.15))
+    ax.set_title(title or metric, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
