@@ -198,10 +198,8 @@ class MatryoshkaRankLoss(nn.Module):
             raise ValueError("MatryoshkaRankLoss needs at least one prefix size")
 
     def forward(self, q, p, n, y_p, y_n) -> torch.Tensor:
-        w = y_p - y_n
-        per_m = [(w * F.softplus(_cosine_rows(q[:, :m], n[:, :m]) - _cosine_rows(q[:, :m], p[:, :m]))).mean()
-                 for m in self.prefixes]
-        return torch.stack(per_m).mean()
+        rank = PairwiseSoftplusRankLoss()
+        return torch.stack([rank(q[:, :m], p[:, :m], n[:, :m], y_p, y_n) for m in self.prefixes]).mean()
 
 
 class MatryoshkaPairSimilarityLoss(nn.Module):
@@ -261,27 +259,8 @@ class MatryoshkaTopKSimilarityLoss(MatryoshkaPairSimilarityLoss):
 #
 # SMEC (Zhang et al., EMNLP 2025) trains one stage at a time; every term below is evaluated at
 # one width w (the stage's input width N or its output width N/2) and the method averages the
-# two widths (see dive_core/methods/smec.py). Inputs need not be normalised: cosines are
-# computed here. Self-contained on purpose (no helper shared with the other sections).
-
-
-def _smec_cos_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``cos(a_i, b_i)`` along the last axis (broadcasting)."""
-    return (F.normalize(a, dim=-1) * F.normalize(b, dim=-1)).sum(-1)
-
-
-class SMECRankLoss(nn.Module):
-    """SMEC's supervised term at one width w: the graded pairwise softplus rank loss::
-
-        L_rank(w) = (1/B) sum_i (y_p,i - y_n,i) * softplus(s_n,i - s_p,i),
-        s_p,i = cos(q_i^w, p_i^w),  s_n,i = cos(q_i^w, n_i^w),  softplus(x) = log(1 + exp(x))
-
-    ``q``, ``p``, ``n`` (B, w): the stage's vectors of the triplets at width w; ``y_p``, ``y_n``
-    (B,): relevance grades.
-    """
-
-    def forward(self, q, p, n, y_p, y_n) -> torch.Tensor:
-        return ((y_p - y_n) * F.softplus(_smec_cos_rows(q, n) - _smec_cos_rows(q, p))).mean()
+# two widths (see dive_core/methods/smec.py). Its supervised term is PairwiseSoftplusRankLoss
+# (above) at that width. Inputs need not be normalised: cosines are computed here.
 
 
 class SMECCrossBatchLoss(nn.Module):
@@ -320,5 +299,5 @@ class SMECCrossBatchLoss(nn.Module):
     def forward(self, anchor, neighbours, target, valid) -> torch.Tensor:
         if not bool(valid.any()):
             return (anchor.sum() + neighbours.sum()) * 0.0
-        diff = (_smec_cos_rows(anchor[:, None, :], neighbours) - target).abs()
+        diff = (_cosine_rows(anchor[:, None, :], neighbours) - target).abs()
         return diff[valid].mean()

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from dive_core.losses import SMECCrossBatchLoss, SMECRankLoss
+from dive_core.losses import PairwiseSoftplusRankLoss as SMECRankLoss  # SMEC's supervised term
+from dive_core.losses import SMECCrossBatchLoss
 from dive_core.methods import method_class, new_method, resolve_hparams
 from dive_core.methods.base import Method
 from dive_core.methods.smec import (CrossBatchMemory, gumbel_topk_mask, split_epochs, stage_widths,

@@ -19,7 +19,7 @@ Training of stage s (its own ``train_phase`` call, ``phase="stage{s}"``; stages 
     e^N      = y_s            e^{N/2} = (y_s * mask)[:, I]
     L_s      = 1/2 [L_rank(e^N) + L_rank(e^{N/2})] + xbm_weight * 1/2 [L_xbm(e^N) + L_xbm(e^{N/2})]
 
-with ``L_rank`` = :class:`~dive_core.losses.SMECRankLoss` (graded pairwise softplus rank loss,
+with ``L_rank`` = :class:`~dive_core.losses.PairwiseSoftplusRankLoss` (graded pairwise softplus rank loss,
 cosines at that width) and ``L_xbm`` = :class:`~dive_core.losses.SMECCrossBatchLoss`.
 
 Decisions where the paper is open (each one is tested in tests/test_smec.py):
@@ -87,7 +87,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..adapters import ResidualMLP
-from ..losses import SMECCrossBatchLoss, SMECRankLoss
+from ..losses import PairwiseSoftplusRankLoss, SMECCrossBatchLoss
 from . import _hp_checks as hpc
 from .base import TorchMethod, register
 
@@ -208,7 +208,7 @@ class SMEC(TorchMethod):
         hidden = hpc.as_int(self.type, self.hp, "hidden")
         stages = [SMECStage(a, b, hidden) for a, b in zip(self.widths[:-1], self.widths[1:])]
         self.net = nn.ModuleDict({"stages": nn.ModuleList(stages)}).to(self.device)
-        self.rank_loss = SMECRankLoss()
+        self.rank_loss = PairwiseSoftplusRankLoss()
         self.xbm_loss = SMECCrossBatchLoss()
 
     @property
