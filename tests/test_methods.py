@@ -175,3 +175,38 @@ def test_state_sha256_identifies_weights(problem, tmp_path):
     a.save(tmp_path / "a.pt", meta={"train_seconds": 1.0})
     b.save(tmp_path / "b.pt", meta={"train_seconds": 2.0})  # different provenance, same weights
     assert Method.load(tmp_path / "a.pt").state_sha256() == Method.load(tmp_path / "b.pt").state_sha256()
+
+
+def test_a_new_method_needs_only_a_registered_class_and_a_config_entry(problem, tmp_path):
+    """What a ninth method file does: subclass, register; its config entry resolves, it trains
+    through the shared loop and round-trips through a checkpoint."""
+    from dive_core.methods import METHODS, register
+    from dive_core.methods.base import TorchMethod
+
+    @register
+    class Ninth(TorchMethod):
+        type = "ninth_for_test"
+        hyperparameters = ("scale", "lr", "epochs", "batch_size", "hidden", "weight_decay")
+
+        def build(self):
+            self.net = torch.nn.ModuleDict({"proj": torch.nn.Linear(self.d, self.k, bias=False)})
+
+        def batch_loss(self, data, idx):
+            q, p, n, _, _ = data.triplet_batch(idx)
+            f = lambda x: torch.nn.functional.normalize(self.net["proj"](x), dim=-1)  # noqa: E731
+            loss = torch.relu(float(self.hp["scale"]) - ((f(q) * f(p)).sum(-1) - (f(q) * f(n)).sum(-1))).mean()
+            return {"loss": loss, "hinge": loss.detach()}
+
+        def transform(self, x):
+            return self.net["proj"](x)
+
+    try:
+        hp = resolve_hparams("ninth", {"type": "ninth_for_test", "scale": 0.5, "lr": 1e-2},
+                             {"epochs": 3, "batch_size": 32, "hidden": 8, "weight_decay": 0.0})
+        m = new_method("ninth_for_test", problem.d, problem.k, hp, 0)
+        log = fit(m, problem)
+        assert [r["epoch"] for r in log.rows] == [1, 2, 3] and "hinge" in log.columns()
+        m.save(tmp_path / "m.pt")
+        assert np.array_equal(Method.load(tmp_path / "m.pt").compress(problem.docs), m.compress(problem.docs))
+    finally:
+        METHODS.pop("ninth_for_test", None)
