@@ -23,8 +23,9 @@ Decisions (SPEC open):
   (``sum``) with beta = 1, its pull back to the identity outweighs every other term and the
   adapter does not move: on SciFact validation (MiniLM, 64d, seed 2027, select stage) MRL then
   scores nDCG@10 0.4467, exactly truncation's 0.4467; averaged over coordinates (``mean``,
-  i.e. torch.nn.L1Loss, = sum / d) it scores 0.7327. The config uses ``mean`` for MRL, a
-  choice made on validation queries only.
+  i.e. torch.nn.L1Loss, = sum / d) it scores 0.7327 (0.7307 in the workflow's
+  results/tables/selection.md, which trains with 2 threads instead of 1). The config uses
+  ``mean`` for MRL, a choice made on validation queries only.
 
 Logged per epoch (weighted): ``topk``, ``pair`` (alpha L_pair), ``reconstruction`` (beta L_rec),
 ``rank`` (gamma_rank L_rank).
