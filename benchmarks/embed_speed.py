@@ -1,7 +1,7 @@
 """Throughput of the default backbone (MiniLM) on real SciFact documents: fp32 vs bf16 autocast
 and a few batch sizes, with the pipeline's own length-sorted batching.
 
-    BEIR_DATA_DIR=../shared/data/beir .venv/bin/python benchmarks/embed_speed.py [--docs 512] [--threads 2]
+    BEIR_DATA_DIR=../shared/data/beir .venv/bin/python -m benchmarks.embed_speed [--docs 512] [--threads 2]
 
 Prints docs/s per setting and the max abs / cosine deviation of bf16 from fp32 vectors, so the
 precision trade-off (`precision:` in the backbone config) is a measured one.

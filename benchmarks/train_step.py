@@ -1,7 +1,7 @@
 """Time one DIVE optimisation step (forward of every loss term, backward, AdamW) at the
 paper's batch size, on synthetic normalised embeddings, and break it into its parts.
 
-    .venv/bin/python benchmarks/train_step.py [--d 384] [--k 64] [--batch 128] [--threads 2]
+    .venv/bin/python -m benchmarks.train_step [--d 384] [--k 64] [--batch 128] [--threads 2]
 
 Prints median milliseconds over repeats (after warm-up) for: the adapter forward on 3B rows,
 each loss term, and the full step. Use it before and after touching the training hot path.
