@@ -16,6 +16,9 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 validate(config, os.path.join(workflow.basedir, "config", "schema", "config.schema.yaml"))
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/splits.smk"

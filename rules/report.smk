@@ -21,10 +21,15 @@ rule table:
         per_query=experiment_files(PER_QUERY),
     output:
         md=TABLE,
-        tsv="results/tables/{experiment}.tsv",
-        runs="results/tables/{experiment}_runs.tsv",
-        ndcg_png="results/figures/{experiment}_ndcg10.png",
-        recall_png="results/figures/{experiment}_recall10.png",
+        # report(): shown by `snakemake --report report.html` (captions in report/)
+        tsv=report("results/tables/{experiment}.tsv", caption="../report/table.rst",
+                   category="{experiment}", labels={"experiment": "{experiment}", "content": "summary table"}),
+        runs=report("results/tables/{experiment}_runs.tsv", caption="../report/runs.rst",
+                    category="{experiment}", labels={"experiment": "{experiment}", "content": "per-run table"}),
+        ndcg_png=report("results/figures/{experiment}_ndcg10.png", caption="../report/figure.rst",
+                        category="{experiment}", labels={"experiment": "{experiment}", "content": "nDCG@10 chart"}),
+        recall_png=report("results/figures/{experiment}_recall10.png", caption="../report/figure.rst",
+                          category="{experiment}", labels={"experiment": "{experiment}", "content": "Recall@10 chart"}),
     params:
         methods=lambda wc: dcfg.experiment(config, wc.experiment)["methods"],
         datasets=lambda wc: dcfg.experiment(config, wc.experiment)["datasets"],

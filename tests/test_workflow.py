@@ -129,6 +129,17 @@ def test_deleting_an_artifact_reruns_only_its_dependents(workdir):
     assert (run / "per_query.tsv").read_bytes() == per_query
 
 
+def test_html_report_holds_tables_and_figures(workdir):
+    """`snakemake --report` embeds every experiment's tables and charts with their captions."""
+    snakemake(workdir, "all", "--report", "report.html")
+    html = (workdir / "report.html").read_text(encoding="utf-8")
+    for name in ("results/tables/main.tsv", "results/tables/main_runs.tsv",
+                 "results/figures/main_ndcg10.png", "results/figures/main_recall10.png"):
+        assert name in html, name
+    assert "held-out test queries" in html  # a rendered caption (the experiment title)
+    assert "DIVE pipeline: supervised compression" in html  # the workflow description
+
+
 def test_single_target_builds_only_what_it_needs(tmp_path):
     assert planned_jobs(tmp_path, "results/scifact-tiny/dive/seed2027.json") == {
         "stage_beir": 1, "make_splits": 1, "embed": 1, "triplets": 1, "train": 1, "evaluate": 1,
