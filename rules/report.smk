@@ -15,21 +15,23 @@ def experiment_title(wildcards):
             + (f" - {exp['description']}" if exp.get("description") else ""))
 
 
+def shown(path, caption, content):
+    """An output that `snakemake --report` shows, grouped by experiment, with the caption
+    report/{caption}.rst."""
+    return report(path, caption=f"../report/{caption}.rst", category="{experiment}",
+                  labels={"experiment": "{experiment}", "content": content})
+
+
 rule table:
     input:
         results=experiment_files(EVAL_JSON),
         per_query=experiment_files(PER_QUERY),
     output:
         md=TABLE,
-        # report(): shown by `snakemake --report report.html` (captions in report/)
-        tsv=report("results/tables/{experiment}.tsv", caption="../report/table.rst",
-                   category="{experiment}", labels={"experiment": "{experiment}", "content": "summary table"}),
-        runs=report("results/tables/{experiment}_runs.tsv", caption="../report/runs.rst",
-                    category="{experiment}", labels={"experiment": "{experiment}", "content": "per-run table"}),
-        ndcg_png=report("results/figures/{experiment}_ndcg10.png", caption="../report/figure.rst",
-                        category="{experiment}", labels={"experiment": "{experiment}", "content": "nDCG@10 chart"}),
-        recall_png=report("results/figures/{experiment}_recall10.png", caption="../report/figure.rst",
-                          category="{experiment}", labels={"experiment": "{experiment}", "content": "Recall@10 chart"}),
+        tsv=shown("results/tables/{experiment}.tsv", "table", "summary table"),
+        runs=shown("results/tables/{experiment}_runs.tsv", "runs", "per-run table"),
+        ndcg_png=shown("results/figures/{experiment}_ndcg10.png", "figure", "nDCG@10 chart"),
+        recall_png=shown("results/figures/{experiment}_recall10.png", "figure", "Recall@10 chart"),
     params:
         methods=lambda wc: dcfg.experiment(config, wc.experiment)["methods"],
         datasets=lambda wc: dcfg.experiment(config, wc.experiment)["datasets"],
