@@ -184,6 +184,15 @@ class PairwiseSoftplusRankLoss(nn.Module):
         return ((y_p - y_n) * F.softplus(_cosine_rows(q, n) - _cosine_rows(q, p))).mean()
 
 
+def prefix_cosine_rows(a: torch.Tensor, b: torch.Tensor, prefixes) -> torch.Tensor:
+    """``C[i, p] = cos(a_i[:m_p], b_i[:m_p])`` for every prefix size m_p: shape (n, P), from
+    cumulative sums of ``a*b``, ``a*a`` and ``b*b`` over coordinates (all prefixes at the cost
+    of one). Norms clamp at 1e-12 as ``F.normalize`` does."""
+    cols = torch.as_tensor([int(m) - 1 for m in prefixes], device=a.device)
+    ab, aa, bb = ((x * y).cumsum(-1)[:, cols] for x, y in ((a, b), (a, a), (b, b)))
+    return ab / (aa.clamp_min(1e-24).sqrt() * bb.clamp_min(1e-24).sqrt())
+
+
 class MatryoshkaRankLoss(nn.Module):
     """The pairwise softplus rank loss averaged over the prefix sizes M (Matryoshka-Adaptor)::
 
@@ -198,8 +207,32 @@ class MatryoshkaRankLoss(nn.Module):
             raise ValueError("MatryoshkaRankLoss needs at least one prefix size")
 
     def forward(self, q, p, n, y_p, y_n) -> torch.Tensor:
-        rank = PairwiseSoftplusRankLoss()
-        return torch.stack([rank(q[:, :m], p[:, :m], n[:, :m], y_p, y_n) for m in self.prefixes]).mean()
+        s_p, s_n = prefix_cosine_rows(q, p, self.prefixes), prefix_cosine_rows(q, n, self.prefixes)
+        return ((y_p - y_n)[:, None] * F.softplus(s_n - s_p)).mean()
+
+
+def prefix_cosine_matrices(x: torch.Tensor, prefixes) -> torch.Tensor:
+    """``C[p]_ij = cos(x_i[:m_p], x_j[:m_p])`` for ascending prefix sizes m_1 < ... < m_P.
+
+    Shape (P, n, n). Prefix Grams are cumulative sums of block Grams,
+    ``G_{m_p} = sum_{b <= p} X_b X_b^T`` with ``X_b = x[:, m_{b-1}:m_b]`` (m_0 = 0), so all P
+    prefixes together cost one full Gram matrix. Norms clamp at 1e-12 as ``F.normalize`` does.
+    """
+    bounds = [0] + [int(m) for m in prefixes]
+    if any(b <= a for a, b in zip(bounds[:-1], bounds[1:])) or bounds[-1] > x.shape[-1]:
+        raise ValueError(f"prefix sizes must be ascending within 1..{x.shape[-1]}, got {list(prefixes)}")
+    grams = torch.stack([x[:, a:b] @ x[:, a:b].T for a, b in zip(bounds[:-1], bounds[1:])]).cumsum(0)
+    norms = grams.diagonal(dim1=1, dim2=2).clamp_min(1e-24).sqrt()
+    return grams / (norms[:, :, None] * norms[:, None, :])
+
+
+def prefix_similarity_deviation(e: torch.Tensor, z: torch.Tensor, prefixes):
+    """``(D, C_z)``: ``D[p]_ij = |cos(e_i[:m_p], e_j[:m_p]) - cos(z_i, z_j)|`` (P, n, n) and the
+    frozen cosines ``C_z`` (n, n, no gradient). L_pair and L_topk are means of D over two sets
+    of pairs; computing D once serves both."""
+    with torch.no_grad():
+        cz = _cosine_matrix(z)
+    return (prefix_cosine_matrices(e, prefixes) - cz).abs(), cz
 
 
 class MatryoshkaPairSimilarityLoss(nn.Module):
@@ -209,26 +242,25 @@ class MatryoshkaPairSimilarityLoss(nn.Module):
         Omega = {(i, j): i != j}
 
     ``e`` (n, d): adapted vectors; ``z`` (n, d): frozen vectors of the same n items.
+    ``deviation``: optionally ``prefix_similarity_deviation(e, z, prefixes)``, already computed.
     """
 
     def __init__(self, prefixes):
         super().__init__()
-        self.prefixes = tuple(int(m) for m in prefixes)
+        self.prefixes = tuple(sorted({int(m) for m in prefixes}))
         if not self.prefixes:
             raise ValueError(f"{type(self).__name__} needs at least one prefix size")
 
-    def pair_mask(self, z: torch.Tensor) -> torch.Tensor:
-        """Boolean (n, n) mask of the pairs (i, j) in Omega."""
-        return ~torch.eye(z.shape[0], dtype=torch.bool, device=z.device)
+    def pair_mask(self, cz: torch.Tensor) -> torch.Tensor:
+        """Boolean (n, n) mask of the pairs (i, j) in Omega, from the frozen cosines ``cz``."""
+        return ~torch.eye(cz.shape[0], dtype=torch.bool, device=cz.device)
 
-    def forward(self, e: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    def forward(self, e: torch.Tensor, z: torch.Tensor, deviation=None) -> torch.Tensor:
         if z.shape[0] < 2:
             return e.sum() * 0.0
-        with torch.no_grad():
-            mask = self.pair_mask(z)
-            target = _cosine_matrix(z)[mask]
-        per_m = [(_cosine_matrix(e[:, :m])[mask] - target).abs().mean() for m in self.prefixes]
-        return torch.stack(per_m).mean()
+        dev, cz = deviation if deviation is not None else prefix_similarity_deviation(e, z, self.prefixes)
+        w = self.pair_mask(cz).to(dev.dtype)  # a weighted sum, not boolean indexing: cheaper backward
+        return (dev * w).sum() / (w.sum() * dev.shape[0])
 
 
 class MatryoshkaTopKSimilarityLoss(MatryoshkaPairSimilarityLoss):
@@ -247,11 +279,10 @@ class MatryoshkaTopKSimilarityLoss(MatryoshkaPairSimilarityLoss):
             raise ValueError(f"MatryoshkaTopKSimilarityLoss: topk must be >= 1, got {topk}")
         self.topk = int(topk)
 
-    def pair_mask(self, z: torch.Tensor) -> torch.Tensor:
-        n = z.shape[0]
-        sim = _cosine_matrix(z)
-        eye = torch.eye(n, dtype=torch.bool, device=z.device)
-        nn_idx = sim.masked_fill(eye, float("-inf")).topk(min(self.topk, n - 1), dim=1).indices
+    def pair_mask(self, cz: torch.Tensor) -> torch.Tensor:
+        n = cz.shape[0]
+        eye = torch.eye(n, dtype=torch.bool, device=cz.device)
+        nn_idx = cz.masked_fill(eye, float("-inf")).topk(min(self.topk, n - 1), dim=1).indices
         return torch.zeros_like(eye).scatter_(1, nn_idx, True)
 
 

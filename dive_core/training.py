@@ -4,6 +4,7 @@ per-epoch logging. Methods only say what one batch's loss is."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import time
@@ -103,6 +104,9 @@ def run_epochs(
 ) -> None:
     """AdamW over shuffled mini-batches of ``range(n_items)`` for ``epochs`` epochs.
 
+    ``params`` are parameters or AdamW parameter groups (a group may set its own ``lr`` and
+    ``weight_decay``).
+
     ``batch_loss(idx)`` returns a dict with the scalar to minimise under ``"loss"`` and any
     other scalars to log (already weighted); every logged value is averaged over the epoch's
     items (batch means weighted by batch size), so ``rho`` is the fraction of the epoch's
@@ -110,31 +114,40 @@ def run_epochs(
     """
     from tqdm import tqdm
 
-    params = [p for p in params if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    # ``params``: parameters, or AdamW parameter groups (dicts whose own "lr" / "weight_decay"
+    # override the defaults); frozen parameters are dropped.
+    params = list(params)
+    groups = [{"params": [p for p in params if not isinstance(p, dict)]}]
+    groups += [dict(g, params=list(g["params"])) for g in params if isinstance(g, dict)]
+    groups = [dict(g, params=[p for p in g["params"] if p.requires_grad]) for g in groups]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=weight_decay)
     gen = torch.Generator().manual_seed(int(seed))
     first_epoch = len([r for r in log_.rows]) + 1
     bar = tqdm(range(epochs), desc=desc, unit="epoch", disable=not progress, mininterval=5.0)
     for e in bar:
         t0 = time.perf_counter()
-        sums: dict[str, float] = {}
+        # Logged terms are summed on the device and read once per epoch: a float() per step
+        # would wait for the device at every step. A non-finite loss is caught at the end of
+        # the epoch (the sum is non-finite too), naming the epoch.
+        sums: dict[str, torch.Tensor] = {}
         for idx in torch.randperm(n_items, generator=gen).split(batch_size):
             idx = idx.to(device)
             out = batch_loss(idx)
-            loss = out["loss"]
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"{desc}: non-finite loss at epoch {e + 1}")
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            out["loss"].backward()
             opt.step()
             if after_step:
                 after_step()
             w = len(idx)
             for key, val in out.items():
-                sums[key] = sums.get(key, 0.0) + float(val.detach()) * w
+                v = val.detach().double() * w
+                sums[key] = sums[key] + v if key in sums else v
+        means = {k: float(v) / n_items for k, v in sums.items()}
+        if not math.isfinite(means["loss"]):
+            raise FloatingPointError(f"{desc}: non-finite loss in epoch {first_epoch + e}")
         row = {"epoch": first_epoch + e, "phase": phase}
-        row.update({k: v / n_items for k, v in sums.items() if k != "loss"})
-        row["total"] = sums["loss"] / n_items
+        row.update({k: v for k, v in means.items() if k != "loss"})
+        row["total"] = means["loss"]
         row["seconds"] = time.perf_counter() - t0
         log_.add(row)
         bar.set_postfix(loss=f"{row['total']:.4f}")

@@ -30,9 +30,9 @@ torch.set_num_threads(1)
 HP = {
     "autoencoder": {**FAST, "lr": 5e-3},
     "mrl": {**FAST, "lr": 5e-3, "alpha": 1.0, "beta": 0.1, "gamma_rank": 1.0, "min_prefix": 16, "l1_reduction": "sum",
-            "topk_neighbors": 10},
+            "topk_neighbors": 10, "schedule": "joint"},
     "search_adaptor": {**FAST, "lr": 1e-3, "alpha": 0.1, "beta": 0.01, "predictor_hidden": 32,
-                       "l1_reduction": "sum"},
+                       "l1_reduction": "sum", "prediction_stop_gradient": False},
 }
 TYPES = sorted(HP)
 LOGGED = {
@@ -349,7 +349,7 @@ def test_numeric_strings_accepted_for_real_values(problem):
 def test_resolve_hparams_from_config_entries():
     training = {"epochs": 50, "batch_size": 128, "hidden": 2048, "weight_decay": 0.01}
     entry = {"type": "mrl", "alpha": 1.0, "beta": 1.0, "gamma_rank": 1.0, "min_prefix": 16,
-             "topk_neighbors": 10, "l1_reduction": "mean", "lr": 2.0e-4}
+             "topk_neighbors": 10, "l1_reduction": "mean", "schedule": "joint", "lr": 2.0e-4}
     hp = resolve_hparams("mrl", entry, training)
     assert hp["hidden"] == 2048 and hp["lr"] == 2.0e-4
     with pytest.raises(ValueError, match="missing hyperparameter 'predictor_hidden'"):
@@ -357,3 +357,38 @@ def test_resolve_hparams_from_config_entries():
                                            "lr": 2.0e-4}, training)
     with pytest.raises(ValueError, match="unknown key"):
         resolve_hparams("autoencoder", {"type": "autoencoder", "lr": 1.0e-3, "alpha": 1}, training)
+
+
+@pytest.mark.parametrize("stop_gradient", [False, True])
+def test_search_adaptor_prediction_target_gradient(problem, stop_gradient):
+    """L_pred = mean_i |f(q_i) - P(f(p_i))|_1; with prediction_stop_gradient the target f(q) is
+    a constant, so no gradient of L_pred reaches the queries (only documents move toward the
+    predicted query); without it the queries are pulled toward the predicted documents.
+    Rank term switched off (equal grades), reconstruction off (alpha = 0)."""
+    hp = dict(HP["search_adaptor"], alpha=0.0, beta=1.0, prediction_stop_gradient=stop_gradient)
+    m = new_method("search_adaptor", problem.d, problem.k, hp, 0)
+    tr = problem.train
+    queries = tr.queries.clone().requires_grad_()
+    docs = tr.docs.clone().requires_grad_()
+    data = FitData(docs, queries, tr.t_q, tr.t_p, tr.t_n, tr.y_p * 0 + 1, tr.y_n * 0 + 1)
+    idx = torch.arange(6)
+    out = m.batch_loss(data, idx)
+    # identity adapter and predictor at init: L_pred = mean_i sum_c |q_ic - p_ic|
+    q, p = tr.queries[tr.t_q[:6]].tolist(), tr.docs[tr.t_p[:6]].tolist()
+    by_hand = sum(sum(abs(a - b) for a, b in zip(q[i], p[i])) for i in range(6)) / 6
+    assert out["prediction"].item() == pytest.approx(by_hand, rel=1e-5)
+    out["loss"].backward()
+    assert docs.grad.abs().sum() > 0
+    assert (queries.grad.abs().sum() == 0) == stop_gradient
+
+
+def test_mrl_two_stage_schedule(problem):
+    """two_stage: the first ceil(E/2) epochs are unsupervised over the corpus (no rank term),
+    the rest supervised over the triplets; joint: every epoch supervised."""
+    m, log = train(problem, "mrl", epochs=5, schedule="two_stage")
+    assert [r["phase"] for r in log.rows] == ["unsupervised"] * 3 + ["supervised"] * 2
+    assert all(r["rank"] == 0.0 for r in log.rows[:3]) and all(r["rank"] > 0 for r in log.rows[3:])
+    _, joint = train(problem, "mrl", epochs=2)
+    assert [r["phase"] for r in joint.rows] == ["train"] * 2
+    with pytest.raises(ValueError, match="two_stage"):
+        new_method("mrl", problem.d, problem.k, dict(HP["mrl"], epochs=1, schedule="two_stage"), 0)

@@ -15,7 +15,7 @@ from dive_core.methods.smec import (CrossBatchMemory, gumbel_topk_mask, split_ep
 from dive_core.training import FitData, TrainLog
 from synthetic import FAST, make_problem
 
-SMEC_SPECIFIC = dict(queue_size=4096, queue_neighbors=10, gumbel_tau=1.0, xbm_weight=1.0)
+SMEC_SPECIFIC = dict(queue_size=4096, queue_neighbors=10, gumbel_tau=1.0, xbm_weight=1.0, ads_lr=1e-2)
 SMEC_HP = dict(SMEC_SPECIFIC, lr=1e-3, **FAST)  # FAST: 15 epochs -> stages of 8 and 7 epochs
 
 
@@ -280,9 +280,12 @@ def test_first_step_objective_by_hand(problem):
     def spy(data, idx):
         gen_state = m._gen.get_state()
         queue_keys = m._queue.keys.tolist()
+        queue_wide = m._queue.wide.clone()
+        adapter_down = m.stages[0].adapter.down.weight.detach().clone()
         out = original(data, idx)
-        calls.append(dict(idx=idx.clone(), gen_state=gen_state, queue=queue_keys,
-                          pending=m._pending.tolist(), out={k: v.detach() for k, v in out.items()}))
+        calls.append(dict(idx=idx.clone(), gen_state=gen_state, queue=queue_keys, queue_wide=queue_wide,
+                          adapter_down=adapter_down, z=m._z,
+                          pending=m._pending[0].tolist(), out={k: v.detach() for k, v in out.items()}))
         if len(calls) == 2:
             raise StopIteration  # enough
         return out
@@ -312,6 +315,11 @@ def test_first_step_objective_by_hand(problem):
     assert out["loss"].item() == pytest.approx(out["rank_wide"].item() + out["rank_narrow"].item(), rel=1e-6)
     assert second["queue"] == _ref_push([], first["pending"], SMEC_HP["queue_size"])
     assert second["out"]["neighbours"].item() == 10.0
+    # the memory holds each entry's stage vector from the step that enqueued it: step 1 ran the
+    # identity adapter, so the stored vectors are exactly the frozen inputs z, although the
+    # adapter has moved since (a recomputation would give f(z) != z)
+    assert torch.equal(second["queue_wide"], second["z"][torch.tensor(second["queue"])])
+    assert second["adapter_down"].abs().sum() > 0
 
 
 def test_requires_triplets(problem):
@@ -329,3 +337,53 @@ def test_k_equal_d_is_identity(problem):
     m.fit(problem.train, log, progress=False)
     assert log.rows == []
     assert np.allclose(m.compress(problem.docs), problem.docs, atol=1e-6)
+
+
+# -- ADS at the configured setting ------------------------------------------------------------
+def _offprefix_problem(seed=0, d=32, n_docs=300, n_train=150, n_neg=4):
+    """Retrieval signal only in coordinates d/2..d-1: stage 1 (32 -> 16) must move its selection
+    off the prefix; the first d/2 coordinates are noise shared by nothing."""
+    rng = np.random.default_rng(seed)
+    sig = slice(d // 2, d)
+
+    def norm(x):
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+    docs = 0.5 * rng.standard_normal((n_docs, d))
+    docs[:, sig] = rng.standard_normal((n_docs, d // 2))
+    docs = norm(docs)
+    pos = rng.integers(0, n_docs, size=n_train)
+    q = 0.5 * rng.standard_normal((n_train, d))
+    q[:, sig] = 3 * docs[pos][:, sig] + 0.3 * rng.standard_normal((n_train, d // 2))
+    t_q, t_p = np.repeat(np.arange(n_train), n_neg), np.repeat(pos, n_neg)
+    t_n = rng.integers(0, n_docs, size=n_train * n_neg)
+    t_n = np.where(t_n == t_p, (t_n + 1) % n_docs, t_n)
+    ones = np.ones(len(t_q), np.float32)
+    return FitData.from_arrays(docs, norm(q), t_q, t_p, t_n, ones, 0 * ones)
+
+
+def test_ads_learns_at_the_configured_learning_rates():
+    """With the config's own SMEC entry (lr 5e-6 and the ADS learning rate), the importance
+    scores must outgrow the Gumbel noise, so that training masks follow them, and select the
+    informative coordinates. Before the audit the scores trained at lr 5e-6 like the adapter:
+    their spread stayed below 0.001 of the noise std and every training mask was random."""
+    from pathlib import Path
+
+    from dive_core import config as dcfg
+    from dive_core.methods.smec import ads_summary
+
+    torch.set_num_threads(1)
+    cfg = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
+    hp = dcfg.method_hparams(cfg, "smec")
+    assert hp["lr"] == 5e-6  # the configured (paper) value, not a convenient one
+    hp.update(epochs=30, batch_size=16, hidden=64)  # small problem: more, smaller steps
+    m = new_method("smec", 32, 8, hp, seed=0)
+    log = TrainLog()
+    m.fit(_offprefix_problem(), log, progress=False)
+    st1 = ads_summary(m.stages[0])
+    assert m.stages[0].selected.tolist() == list(range(16, 32))  # all signal, none of the prefix
+    assert st1["prefix_overlap"] == 0.0
+    assert st1["spread"] > 0.5, st1  # scores at least half the noise std: masks follow them
+    assert m.meta["ads"][0] == st1  # what ADS learned is recorded with the checkpoint
+    last = [r for r in log.rows if r["phase"] == "stage1"][-1]
+    assert last["ads_prefix_overlap"] == 0.0 and last["ads_spread"] > 0.5

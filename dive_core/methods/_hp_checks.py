@@ -53,3 +53,11 @@ def as_choice(method: str, hp: Mapping[str, Any], key: str, choices: tuple[str, 
     if v not in choices:
         raise _fail(method, key, v, f"one of {list(choices)}")
     return v
+
+
+def as_bool(method: str, hp: Mapping[str, Any], key: str) -> bool:
+    """A YAML boolean (true / false), not a string or a number."""
+    v = hp[key]
+    if not isinstance(v, bool):
+        raise _fail(method, key, v, "true or false")
+    return v

@@ -153,7 +153,7 @@ class Method:
             "hparams": dict(self.hp),
             "state": {n: t.detach().cpu().contiguous() for n, t in self.state_dict().items()},
             "state_sha256": self.state_sha256(),
-            "meta": dict(meta or {}),
+            "meta": {**self.meta, **dict(meta or {})},  # what the method recorded + the caller's
         }
         with atomic_path(path, suffix=".pt.tmp") as tmp:
             torch.save(obj, tmp)
@@ -197,10 +197,11 @@ class TorchMethod(Method):
                          self.net.parameters(), progress=progress)
 
     def train_phase(self, data, log, epochs, lr, loss_fn, params, phase="train", progress=True,
-                    after_step=None) -> None:
+                    after_step=None, n_items: int | None = None) -> None:
+        """One call of the shared loop; ``n_items`` defaults to :meth:`n_items`."""
         self.net.to(data.device).train()
         run_epochs(
-            params, lambda idx: loss_fn(data, idx), self.n_items(data),
+            params, lambda idx: loss_fn(data, idx), self.n_items(data) if n_items is None else n_items,
             epochs=int(epochs), batch_size=int(self.hp["batch_size"]), lr=float(lr),
             weight_decay=float(self.hp["weight_decay"]), seed=self.seed, log_=log,
             phase=phase, desc=f"{self.type}:{phase}", progress=progress, device=data.device,

@@ -47,7 +47,7 @@ class DIVE(TorchMethod):
         H, k = int(self.hp["heads"]), self.k
         lam, gam = float(self.hp["lambda_view"]), float(self.hp["gamma_geo"])
         f = self.net["adapter"]
-        hq, hp, hn = (split_heads(f(x), k, H) for x in (q, p, n))
+        hq, hp, hn = split_heads(f(torch.cat([q, p, n])), k, H).chunk(3)  # one adapter pass
         q1, p1, n1 = hq[:, 0], hp[:, 0], hn[:, 0]
         trip = self.triplet_loss(q1, p1, n1)
         zero = trip.new_zeros(())

@@ -38,7 +38,7 @@ from torch import nn
 
 from ..adapters import ResidualMLP
 from ..losses import (L1ReconstructionLoss, MatryoshkaPairSimilarityLoss, MatryoshkaRankLoss,
-                      MatryoshkaTopKSimilarityLoss)
+                      MatryoshkaTopKSimilarityLoss, prefix_similarity_deviation)
 from ._hp_checks import as_choice, as_float, as_int, check_shared
 from .base import TorchMethod, register
 
@@ -72,7 +72,7 @@ def distinct_items(data, idx: torch.Tensor):
 class MatryoshkaAdaptor(TorchMethod):
     type = "mrl"
     hyperparameters = ("alpha", "beta", "gamma_rank", "min_prefix", "topk_neighbors", "l1_reduction",
-                       "lr", "epochs", "batch_size", "hidden", "weight_decay")
+                       "schedule", "lr", "epochs", "batch_size", "hidden", "weight_decay")
 
     def build(self) -> None:
         check_shared(self.type, self.hp)
@@ -87,19 +87,44 @@ class MatryoshkaAdaptor(TorchMethod):
         as_choice(self.type, self.hp, "l1_reduction", ("sum", "mean"))
         self.rec_loss = L1ReconstructionLoss(self.hp["l1_reduction"])
         self.rank_loss = MatryoshkaRankLoss(self.prefixes)
+        self.schedule = as_choice(self.type, self.hp, "schedule", ("joint", "two_stage"))
+        if self.schedule == "two_stage" and as_int(self.type, self.hp, "epochs") < 2:
+            raise ValueError("method 'mrl': schedule 'two_stage' needs epochs >= 2")
+
+    def fit(self, data, log, progress: bool = True) -> None:
+        epochs = int(self.hp["epochs"])
+        if self.schedule == "two_stage":  # unsupervised on the corpus, then supervised
+            first = (epochs + 1) // 2
+            self.train_phase(data, log, first, self.hp["lr"], self.unsupervised_loss, self.net.parameters(),
+                             phase="unsupervised", progress=progress, n_items=int(data.docs.shape[0]))
+            epochs -= first
+        self.train_phase(data, log, epochs, self.hp["lr"], self.batch_loss, self.net.parameters(),
+                         phase="supervised" if self.schedule == "two_stage" else "train", progress=progress)
+
+    def _geometry(self, e, z) -> dict[str, torch.Tensor]:
+        """Weighted L_topk, alpha L_pair, beta L_rec of adapted ``e`` against frozen ``z``."""
+        alpha, beta = float(self.hp["alpha"]), float(self.hp["beta"])
+        dev = prefix_similarity_deviation(e, z, self.prefixes)  # shared by L_topk and L_pair
+        topk = self.topk_loss(e, z, dev)
+        zero = topk.new_zeros(())
+        return {"topk": topk, "pair": alpha * self.pair_loss(e, z, dev) if alpha else zero,
+                "reconstruction": beta * self.rec_loss(e, z) if beta else zero}
+
+    def unsupervised_loss(self, data, idx):
+        """Two-stage schedule, first stage: the geometry terms on a batch of corpus documents."""
+        z = data.docs[idx]
+        terms = self._geometry(self.net["adapter"](z), z)
+        return {"loss": sum(terms.values()), **{k: v.detach() for k, v in terms.items()},
+                "rank": terms["topk"].new_zeros(())}
 
     def batch_loss(self, data, idx):
-        alpha, beta, gam = (float(self.hp[h]) for h in ("alpha", "beta", "gamma_rank"))
+        gam = float(self.hp["gamma_rank"])
         z, iq, ip, in_ = distinct_items(data, idx)
         e = self.net["adapter"](z)
-        topk = self.topk_loss(e, z)
-        zero = topk.new_zeros(())
-        pair = self.pair_loss(e, z) if alpha else zero
-        rec = self.rec_loss(e, z) if beta else zero
-        rank = self.rank_loss(e[iq], e[ip], e[in_], data.y_p[idx], data.y_n[idx]) if gam else zero
-        return {"loss": topk + alpha * pair + beta * rec + gam * rank, "topk": topk.detach(),
-                "pair": (alpha * pair).detach(), "reconstruction": (beta * rec).detach(),
-                "rank": (gam * rank).detach()}
+        terms = self._geometry(e, z)
+        terms["rank"] = gam * self.rank_loss(e[iq], e[ip], e[in_], data.y_p[idx], data.y_n[idx]) \
+            if gam else terms["topk"].new_zeros(())
+        return {"loss": sum(terms.values()), **{k: v.detach() for k, v in terms.items()}}
 
     def transform(self, x):
         return self.net["adapter"](x)[:, : self.k]

@@ -37,15 +37,15 @@ from torch import nn
 
 from ..adapters import ResidualMLP
 from ..losses import L1ReconstructionLoss, PairwiseSoftplusRankLoss, QueryPredictionLoss
-from ._hp_checks import as_choice, as_float, as_int, check_shared
+from ._hp_checks import as_bool, as_choice, as_float, as_int, check_shared
 from .base import TorchMethod, register
 
 
 @register
 class SearchAdaptor(TorchMethod):
     type = "search_adaptor"
-    hyperparameters = ("alpha", "beta", "predictor_hidden", "l1_reduction", "lr", "epochs",
-                       "batch_size", "hidden", "weight_decay")
+    hyperparameters = ("alpha", "beta", "predictor_hidden", "l1_reduction", "prediction_stop_gradient",
+                       "lr", "epochs", "batch_size", "hidden", "weight_decay")
 
     def build(self) -> None:
         check_shared(self.type, self.hp)
@@ -59,6 +59,7 @@ class SearchAdaptor(TorchMethod):
         as_choice(self.type, self.hp, "l1_reduction", ("sum", "mean"))
         self.rec_loss = L1ReconstructionLoss(self.hp["l1_reduction"])
         self.pred_loss = QueryPredictionLoss(self.hp["l1_reduction"])
+        self.stop_gradient = as_bool(self.type, self.hp, "prediction_stop_gradient")
 
     def fit(self, data, log, progress: bool = True) -> None:
         self.predictor.to(data.device).train()
@@ -75,7 +76,8 @@ class SearchAdaptor(TorchMethod):
         rank = self.rank_loss(fq[:, :k], fp[:, :k], fn[:, :k], y_p, y_n)
         zero = rank.new_zeros(())
         rec = self.rec_loss(torch.cat([fq, fp, fn]), torch.cat([q, p, n])) if alpha else zero
-        pred = self.pred_loss(fq, self.predictor(fp)) if beta else zero
+        target = fq.detach() if self.stop_gradient else fq
+        pred = self.pred_loss(target, self.predictor(fp)) if beta else zero
         return {"loss": rank + alpha * rec + beta * pred, "rank": rank.detach(),
                 "reconstruction": (alpha * rec).detach(), "prediction": (beta * pred).detach()}
 

@@ -16,7 +16,7 @@ N = w_{s-1}, L2-normalised; ``x_0 = z`` the frozen embedding) to::
 Training of stage s (its own ``train_phase`` call, ``phase="stage{s}"``; stages 1..s-1 frozen)::
 
     mask, I  = straight-through Gumbel top-w_s of the importance scores a_s   (one draw per step)
-    e^N      = y_s            e^{N/2} = (y_s * mask)[:, I]
+    e^N      = y_s            e^{N/2} = (y_s * mask)[:, I] = y_s[:, I] * mask[I]
     L_s      = 1/2 [L_rank(e^N) + L_rank(e^{N/2})] + xbm_weight * 1/2 [L_xbm(e^N) + L_xbm(e^{N/2})]
 
 with ``L_rank`` = :class:`~dive_core.losses.PairwiseSoftplusRankLoss` (graded pairwise softplus rank loss,
@@ -46,6 +46,18 @@ Decisions where the paper is open (each one is tested in tests/test_smec.py):
    exactly k-hot in the forward pass, gradient of the soft relaxation to a_s (straight-through).
    ``gumbel_tau`` is the softmax temperature only; the noise itself is unscaled Gumbel(0,1).
    The noise is drawn from a generator seeded by (seed, stage).
+   **Own learning rate** ``ads_lr`` for a_s (AdamW group without weight decay; the adapter keeps
+   ``lr``). The paper gives no optimiser setting for the scores. At the shared lr 5e-6, AdamW
+   moves each score by about lr per step, so after a stage's ~1.2k steps (SciFact) the scores
+   spread over ~1e-3 against the noise's standard deviation pi/sqrt(6) = 1.28: every training
+   mask was a uniformly random subset, and the adapter never trained on the subset it is
+   deployed with. A separate rate lets the scores outgrow the noise during a stage (random
+   masks first, then masks that follow the scores), which is what a learnable selection
+   means. Chosen on validation queries from {5e-6 (the old behaviour), 1e-2, 1e-1}: see
+   the README Decisions and config/audit.yaml. Logged per epoch: ``ads_prefix_overlap`` (the
+   fraction of the current top-w_s selection inside the prefix [0, w_s); 1.0 = truncation) and
+   ``ads_spread`` (std of the scores / std of the noise); the checkpoint's ``meta.ads`` holds
+   both per stage when the stage is frozen.
    Inference: deterministic top-w_s of a_s (stable sort, ties -> lower index), fixed when the
    stage's training ends and stored as the buffer ``stages.<i>.selected`` in the checkpoint.
    With a_s = 0 the selection is the prefix, so the untrained model is exactly ``truncate``.
@@ -55,28 +67,33 @@ Decisions where the paper is open (each one is tested in tests/test_smec.py):
    The inputs x_{s-1} of stage s are computed once, at the start of the stage, for every item
    the triplets use (earlier stages are frozen, so they are exact for the whole stage).
 7. S-XBM queue: ``queue_size`` (default 4096) distinct items, each stored with its frozen
-   full-dimension embedding z. After every optimiser step the step's batch items (queries,
+   full-dimension embedding z (for neighbour search and targets) and its stage vector y_s at
+   width N as computed in the step that enqueued it (as cross-batch memory stores embeddings,
+   XBM, Wang et al. 2020). After every optimiser step the step's batch items (queries,
    positives, negatives) are pushed (newest last); a re-pushed item moves to the newest
-   position instead of being stored twice; the oldest entries drop out beyond ``queue_size``.
+   position with its new vectors; the oldest entries drop out beyond ``queue_size``.
    Pushing after the step means a batch is never its own memory. The queue is emptied at the
    start of each stage (the first step of a stage has no S-XBM term).
 8. S-XBM loss: anchors = the batch's distinct items; neighbours = each anchor's
    ``queue_neighbors`` (10) queue entries with the largest frozen cosine cos(z_i, z_j), the
    anchor itself excluded; the target is always the frozen full-dimension cosine (not the
-   previous stage's); the compressed side is recomputed with the current stage from the
-   neighbours' stage inputs (so it never goes stale), but only the anchor side carries a
-   gradient: a neighbour that is not itself an item of the batch is a constant, as memory
-   entries are in cross-batch memory (XBM, Wang et al. 2020). This keeps a step's backward
-   pass to the batch's ~3B items instead of B x queue_neighbors of them; penalty = mean
-   absolute difference |cos(e_i^w, e_j^w) - cos(z_i, z_j)| (the L1 form of Matryoshka-Adaptor's
-   L_topk), weight ``xbm_weight`` (1.0).
+   previous stage's); the compressed side of a neighbour is its stored y_s (at the narrow
+   width: the current step's ADS selection of it). Memory entries are constants, as in XBM:
+   only the anchor side carries a gradient. Until the audit the neighbours were re-run through
+   the current adapter every step (a no-grad forward of up to ~3,000 extra rows per step,
+   the larger part of SMEC's step time); an entry is at most ~12 steps old (4096 entries,
+   ~350 distinct items per step), and at the adapter's lr 5e-6 it drifts by far less than the
+   stored values' float noise, which is XBM's "slow drift" argument. Validation evidence is in
+   the README Decisions. Penalty = mean absolute difference |cos(e_i^w, e_j^w) - cos(z_i, z_j)|
+   (the L1 form of Matryoshka-Adaptor's L_topk), weight ``xbm_weight`` (1.0).
 9. Learning rate ``lr`` (5e-6, the paper's setting; SPEC audit grid {1e-6, 5e-6, 1e-5}) is used
-   for every stage with a fresh AdamW per stage; batch 128 triplets; weight decay 0.01.
+   for every stage's adapter with a fresh AdamW per stage; ``ads_lr`` for its scores (5);
+   batch 128 triplets; weight decay 0.01 (adapter only).
 
 Logged per epoch (weighted, they sum to ``total``): ``rank_wide``, ``rank_narrow``,
-``xbm_wide``, ``xbm_narrow``; plus ``width_in`` / ``width_out`` (the stage's N and w_s) and
+``xbm_wide``, ``xbm_narrow``; plus ``width_in`` / ``width_out`` (the stage's N and w_s),
 ``neighbours`` (mean admissible queue neighbours per anchor; < queue_neighbors while the queue
-fills).
+fills) and the ADS diagnostics ``ads_prefix_overlap`` and ``ads_spread`` (5).
 """
 
 from __future__ import annotations
@@ -138,36 +155,41 @@ def gumbel_topk_mask(logits: torch.Tensor, k: int, tau: float,
 
 
 class CrossBatchMemory:
-    """FIFO queue of distinct items (integer keys) with their frozen embeddings (decision 7).
+    """FIFO queue of distinct items (integer keys) with their frozen embeddings ``emb`` and the
+    stage's wide vectors ``wide`` computed when they were enqueued (decision 7).
 
-    ``keys`` / ``emb`` are ordered oldest -> newest. ``push`` appends a batch (an item repeated
-    within the batch keeps its last position; an item already queued moves to the newest
-    position) and drops the oldest entries beyond ``size``.
+    ``keys`` / ``emb`` / ``wide`` are ordered oldest -> newest. ``push`` appends a batch (an
+    item repeated within the batch keeps its last position; an item already queued moves to
+    the newest position, with its new vectors) and drops the oldest entries beyond ``size``.
     """
 
-    def __init__(self, size: int, dim: int, device: torch.device | str = "cpu"):
+    def __init__(self, size: int, dim: int, wide_dim: int = 0, device: torch.device | str = "cpu"):
         if size < 1:
             raise ValueError(f"queue size must be >= 1, got {size}")
         self.size = int(size)
         self.keys = torch.empty(0, dtype=torch.long, device=device)
         self.emb = torch.empty(0, dim, dtype=torch.float32, device=device)
+        self.wide = torch.empty(0, wide_dim, dtype=torch.float32, device=device)
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
     @torch.no_grad()
-    def push(self, keys: torch.Tensor, emb: torch.Tensor) -> None:
+    def push(self, keys: torch.Tensor, emb: torch.Tensor, wide: torch.Tensor | None = None) -> None:
         n = keys.shape[0]
         if n == 0:
             return
+        if wide is None:
+            wide = emb.new_zeros((n, self.wide.shape[1]))
         uniq, inv = torch.unique(keys, return_inverse=True)
         last = torch.full((uniq.shape[0],), -1, dtype=torch.long, device=keys.device)
         last = last.scatter_reduce(0, inv, torch.arange(n, device=keys.device), reduce="amax")
         keep = last.sort().values
-        keys, emb = keys[keep], emb[keep].detach().to(self.emb.dtype)
+        keys = keys[keep]
         old = ~torch.isin(self.keys, keys)
         self.keys = torch.cat([self.keys[old], keys])[-self.size:]
-        self.emb = torch.cat([self.emb[old], emb])[-self.size:]
+        self.emb = torch.cat([self.emb[old], emb[keep].detach().to(self.emb.dtype)])[-self.size:]
+        self.wide = torch.cat([self.wide[old], wide[keep].detach().to(self.wide.dtype)])[-self.size:]
 
 
 class SMECStage(nn.Module):
@@ -194,7 +216,7 @@ class SMECStage(nn.Module):
 @register
 class SMEC(TorchMethod):
     type = "smec"
-    hyperparameters = ("queue_size", "queue_neighbors", "gumbel_tau", "xbm_weight",
+    hyperparameters = ("queue_size", "queue_neighbors", "gumbel_tau", "xbm_weight", "ads_lr",
                        "lr", "epochs", "batch_size", "hidden", "weight_decay")
 
     def build(self) -> None:
@@ -203,6 +225,7 @@ class SMEC(TorchMethod):
         self.queue_neighbors = hpc.as_int(self.type, self.hp, "queue_neighbors")
         self.gumbel_tau = hpc.as_float(self.type, self.hp, "gumbel_tau", positive=True)
         self.xbm_weight = hpc.as_float(self.type, self.hp, "xbm_weight")
+        self.ads_lr = hpc.as_float(self.type, self.hp, "ads_lr", positive=True)
         self.widths = stage_widths(self.d, self.k)
         self.stage_epochs = split_epochs(hpc.as_int(self.type, self.hp, "epochs"), len(self.widths) - 1)
         hidden = hpc.as_int(self.type, self.hp, "hidden")
@@ -244,57 +267,81 @@ class SMEC(TorchMethod):
                 seed = int(np.random.SeedSequence([int(self.seed), s]).generate_state(1)[0])
                 self._gen = torch.Generator().manual_seed(seed)
                 self._stage = s
-                self._queue = CrossBatchMemory(self.queue_size, self.d, dev)
+                self._queue = CrossBatchMemory(self.queue_size, self.d, st.width_in, dev)
                 self._pending = None
-                self.train_phase(data, log, epochs, self.hp["lr"], self._stage_loss, st.parameters(),
+                # ADS scores: own learning rate, no weight decay (decision 5)
+                groups = [{"params": list(st.adapter.parameters())},
+                          {"params": [st.importance], "lr": self.ads_lr, "weight_decay": 0.0}]
+                self.train_phase(data, log, epochs, self.hp["lr"], self._stage_loss, groups,
                                  phase=f"stage{s + 1}", progress=progress, after_step=self._push)
                 st.freeze()
+                self.meta.setdefault("ads", []).append(ads_summary(st))
         finally:
             for name in ("_z", "_x", "_tq", "_tp", "_tn", "_yp", "_yn", "_queue", "_pending", "_gen"):
                 self.__dict__.pop(name, None)
         self.net.eval()
 
     def _push(self) -> None:
-        self._queue.push(self._pending, self._z[self._pending])
+        keys, wide = self._pending
+        self._queue.push(keys, self._z[keys], wide)
 
     def _stage_loss(self, data, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         st = self.stages[self._stage]
         kq, kp, kn = self._tq[idx], self._tp[idx], self._tn[idx]
         mask, sel = gumbel_topk_mask(st.importance, st.width_out, self.gumbel_tau, self._gen)
-        self._pending = torch.cat([kq, kp, kn])
-        anchors = torch.unique(self._pending)
+        items = torch.cat([kq, kp, kn])
+        anchors, inv = torch.unique(items, return_inverse=True)
+        b = idx.shape[0]
+        iq, ip, in_ = inv[:b], inv[b:2 * b], inv[2 * b:]
+        wide = st.adapter(self._x[anchors])  # every distinct batch item once, with gradient
+        narrow = wide[:, sel] * mask[sel]  # = (wide * mask)[:, sel], on w_s columns only
         if len(self._queue):
             exclude = anchors[:, None] == self._queue.keys[None, :]
             nb, target, valid = self.xbm_loss.neighbours(self._z[anchors], self._queue.emb,
                                                          self.queue_neighbors, exclude)
-            nb_keys = self._queue.keys[nb]
+            nb_wide = self._queue.wide[nb]  # memory entries: constants (decision 8)
         else:
-            nb_keys = anchors.new_zeros((anchors.shape[0], 0))
             target = self._z.new_zeros((anchors.shape[0], 0))
             valid = torch.zeros_like(target, dtype=torch.bool)
-        # anchors (every triplet item) carry gradients; queue neighbours that are not anchors
-        # are recomputed by the current stage without gradient (memory entries are constants)
-        others = torch.unique(nb_keys.reshape(-1))
-        others = others[~torch.isin(others, anchors)]
-        wide = st.adapter(self._x[anchors])
-        if others.numel():
-            with torch.no_grad():
-                wide_others = st.adapter(self._x[others])
-            wide = torch.cat([wide, wide_others])
-        need = torch.cat([anchors, others])
-        row = torch.full((self._z.shape[0],), -1, dtype=torch.long, device=need.device)
-        row[need] = torch.arange(need.shape[0], device=need.device)
-        narrow = (wide * mask)[:, sel]
-        at = lambda keys: row[keys]  # noqa: E731 - rows of `wide` / `narrow`
+            nb_wide = wide.new_zeros((anchors.shape[0], 0, st.width_in))
+        nb_narrow = nb_wide[..., sel] * mask[sel]
+        self._pending = (items, wide.detach()[inv])
         yp, yn = self._yp[idx], self._yn[idx]
         out: dict[str, torch.Tensor] = {}
-        for name, e in (("wide", wide), ("narrow", narrow)):
-            rank = self.rank_loss(e[at(kq)], e[at(kp)], e[at(kn)], yp, yn)
-            xbm = self.xbm_loss(e[at(anchors)], e[at(nb_keys)], target, valid)
+        for name, e, e_nb in (("wide", wide, nb_wide), ("narrow", narrow, nb_narrow)):
+            rank = self.rank_loss(e[iq], e[ip], e[in_], yp, yn)
+            xbm = self.xbm_loss(e, e_nb, target, valid)
             out[f"rank_{name}"] = 0.5 * rank
             out[f"xbm_{name}"] = 0.5 * self.xbm_weight * xbm
         loss = out["rank_wide"] + out["rank_narrow"] + out["xbm_wide"] + out["xbm_narrow"]
         log = {k: v.detach() for k, v in out.items()}
-        log.update(width_in=torch.tensor(float(st.width_in)), width_out=torch.tensor(float(st.width_out)),
-                   neighbours=valid.float().sum(1).mean() if valid.numel() else torch.tensor(0.0))
+        with torch.no_grad():
+            log.update(width_in=torch.tensor(float(st.width_in)), width_out=torch.tensor(float(st.width_out)),
+                       neighbours=valid.float().sum(1).mean() if valid.numel() else torch.tensor(0.0),
+                       **{f"ads_{k}": v for k, v in ads_stats(st).items()})
         return {"loss": loss, **log}
+
+
+GUMBEL_STD = float(np.pi / np.sqrt(6.0))  # standard deviation of Gumbel(0, 1) noise
+
+
+@torch.no_grad()
+def ads_stats(st: SMECStage) -> dict[str, torch.Tensor]:
+    """What ADS has learned so far in one stage, as tensors (no device sync):
+    ``prefix_overlap`` = fraction of the current deterministic selection (top-w_out of the
+    scores) inside the prefix ``[0, w_out)`` (1.0 = plain truncation); ``spread`` = std of the
+    scores / std of the Gumbel noise (pi / sqrt 6): at << 1 the noise decides every training
+    mask, which is then a uniformly random subset."""
+    sel = topk_indices(st.importance, st.width_out)
+    a = st.importance.detach().float()
+    return {"prefix_overlap": (sel < st.width_out).float().mean(),
+            "spread": a.std() / GUMBEL_STD if a.numel() > 1 else a.new_zeros(())}
+
+
+def ads_summary(st: SMECStage) -> dict:
+    """:func:`ads_stats` as floats, with the stage's widths and the score range (checkpoint
+    metadata)."""
+    a = st.importance.detach().float()
+    return {"width_in": st.width_in, "width_out": st.width_out,
+            **{k: float(v) for k, v in ads_stats(st).items()},
+            "score_min": float(a.min()), "score_max": float(a.max())}
