@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 from .atomic import atomic_open
 from .embeddings import Embeddings
-from .metrics import METRICS, evaluate, mean_metrics
+from .metrics import METRICS, _top, evaluate, mean_metrics
 from .retrieval import search
 from .splits import STAGES, eval_queries, role_qrels
 
@@ -27,6 +27,7 @@ def evaluate_method(method, emb: Embeddings, manifest: Mapping, stage: str, top_
     run = search(docs, emb.doc_ids, queries, qids, top_k=top_k, use_gpu=use_gpu)
     t2 = time.perf_counter()
     per_query = evaluate(role_qrels(manifest, [role]), run)
+    share = train_positive_share(run, training_positives(manifest, stage), qids)
     t3 = time.perf_counter()
     seen_ids = set(manifest["document_overlap"][role]["seen_ids"])
     seen = [q for q in qids if q in seen_ids]
@@ -41,11 +42,29 @@ def evaluate_method(method, emb: Embeddings, manifest: Mapping, stage: str, top_
             "seen": {"n_queries": len(seen), "metrics": mean_metrics(per_query, seen) if seen else None},
             "unseen": {"n_queries": len(unseen), "metrics": mean_metrics(per_query, unseen) if unseen else None},
         },
+        "diagnostics": {"train_positive_share@10": {
+            name: (sum(share[q] for q in ids) / len(ids) if ids else None)
+            for name, ids in (("all", qids), ("seen", seen), ("unseen", unseen))}},
         "dim": int(docs.shape[1]),
         "top_k": top_k,
         "timings": {"compress_seconds": t1 - t0, "search_seconds": t2 - t1, "metric_seconds": t3 - t2},
     }
     return per_query, summary
+
+
+def training_positives(manifest: Mapping, stage: str) -> set[str]:
+    """Documents relevant (score > 0) to some training query of ``stage``."""
+    qrels = role_qrels(manifest, STAGES[stage]["train_roles"])
+    return {d for docs in qrels.values() for d, s in docs.items() if s > 0}
+
+
+def train_positive_share(run: Mapping[str, Mapping[str, float]], positives: set[str],
+                         qids: Sequence[str], depth: int = 10) -> dict[str, float]:
+    """Per query: the share of its top-``depth`` results (trec_eval order) that are training
+    positives. A diagnostic of memorisation: a supervised adapter that learns a document prior
+    ("was a training positive") fills the top of every ranking with those documents, which is
+    visible on ``unseen`` queries, whose relevant documents are never training positives."""
+    return {q: sum(d in positives for d in _top(run.get(q, {}), depth)) / depth for q in qids}
 
 
 def write_per_query(path: str | Path, per_query: Mapping[str, Mapping[str, float]],

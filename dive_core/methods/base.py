@@ -87,6 +87,13 @@ class Method:
     #: True if ``fit`` uses relevance labels (triplets); False for label-free methods.
     supervised: ClassVar[bool] = False
 
+    @classmethod
+    def legacy_hparams(cls, hp: Mapping[str, Any]) -> dict[str, Any]:
+        """Values of hyperparameters added after checkpoints of this method were first written,
+        chosen to reproduce how those checkpoints were trained; used only by :meth:`load` for
+        keys a checkpoint lacks."""
+        return {}
+
     def __init__(self, d: int, k: int, hparams: Mapping[str, Any] | None = None, seed: int = 0,
                  device: str = "cpu"):
         hparams = dict(hparams or {})
@@ -166,9 +173,11 @@ class Method:
             raise ValueError(f"{path}: cannot read checkpoint: {exc}") from exc
         if not isinstance(obj, dict) or obj.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
-        m = method_class(obj["type"])(obj["d"], obj["k"], obj["hparams"], obj["seed"], device)
+        cls = method_class(obj["type"])
+        filled = {key: v for key, v in cls.legacy_hparams(obj["hparams"]).items() if key not in obj["hparams"]}
+        m = cls(obj["d"], obj["k"], {**obj["hparams"], **filled}, obj["seed"], device)
         m.load_state_dict(obj["state"])
-        m.meta = obj["meta"]
+        m.meta = dict(obj["meta"], **({"legacy_hparams_filled": filled} if filled else {}))
         return m
 
 

@@ -74,6 +74,10 @@ class MatryoshkaAdaptor(TorchMethod):
     hyperparameters = ("alpha", "beta", "gamma_rank", "min_prefix", "topk_neighbors", "l1_reduction",
                        "schedule", "lr", "epochs", "batch_size", "hidden", "weight_decay")
 
+    @classmethod
+    def legacy_hparams(cls, hp):
+        return {"schedule": "joint"}  # checkpoints before the audit trained jointly
+
     def build(self) -> None:
         check_shared(self.type, self.hp)
         for key in ("alpha", "beta", "gamma_rank"):

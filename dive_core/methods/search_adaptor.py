@@ -47,6 +47,10 @@ class SearchAdaptor(TorchMethod):
     hyperparameters = ("alpha", "beta", "predictor_hidden", "l1_reduction", "prediction_stop_gradient",
                        "lr", "epochs", "batch_size", "hidden", "weight_decay")
 
+    @classmethod
+    def legacy_hparams(cls, hp):
+        return {"prediction_stop_gradient": False}
+
     def build(self) -> None:
         check_shared(self.type, self.hp)
         for key in ("alpha", "beta"):

@@ -219,6 +219,10 @@ class SMEC(TorchMethod):
     hyperparameters = ("queue_size", "queue_neighbors", "gumbel_tau", "xbm_weight", "ads_lr",
                        "lr", "epochs", "batch_size", "hidden", "weight_decay")
 
+    @classmethod
+    def legacy_hparams(cls, hp):
+        return {"ads_lr": hp.get("lr")}  # before the audit the scores trained at the shared lr
+
     def build(self) -> None:
         hpc.check_shared(self.type, self.hp)
         self.queue_size = hpc.as_int(self.type, self.hp, "queue_size")
