@@ -22,6 +22,8 @@ def collect(results: Iterable[Mapping]) -> list[dict]:
             "train_seconds": r.get("timings", {}).get("train_seconds"),
         }
         row.update(r["metrics"])
+        share = (r.get("diagnostics") or {}).get("train_positive_share@10") or {}
+        row["unseen_train_pos@10"] = share.get("unseen")
         for subset in ("seen", "unseen"):
             sub = r.get("subsets", {}).get(subset) or {}
             row[f"{subset}_n"] = sub.get("n_queries", 0)
@@ -50,7 +52,8 @@ def fmt(mean: float, std: float, digits: int = 4) -> str:
 
 def summarize(rows: Sequence[Mapping], keys: Sequence[str] = ("dataset", "method"),
               metrics: Sequence[str] = ("ndcg@10", "recall@10", "recall@100", "mrr@10",
-                                        "seen_ndcg@10", "unseen_ndcg@10", "train_seconds")) -> list[dict]:
+                                        "seen_ndcg@10", "unseen_ndcg@10", "unseen_train_pos@10",
+                                        "train_seconds")) -> list[dict]:
     """Mean and sample std over seeds for each (dataset, method); keeps first-seen order."""
     groups: dict[tuple, list[Mapping]] = {}
     for r in rows:
@@ -231,16 +234,21 @@ def significance_markdown(rows: Sequence[Mapping]) -> str:
 def seen_unseen_markdown(summary: Sequence[Mapping], methods: Sequence[str], datasets: Sequence[str]) -> str:
     """nDCG@10 on the `seen` / `unseen` subsets (SPEC section 4: document overlap)."""
     by = {(s["dataset"], s["method"]): s for s in summary}
-    head = ["method"] + [f"{ds} {sub}" for ds in datasets for sub in ("seen", "unseen")]
+    head = ["method"] + [f"{ds} {sub}" for ds in datasets
+                         for sub in ("seen", "unseen", "unseen train-pos@10")]
     lines = ["", "### Document overlap: nDCG@10 on seen / unseen evaluated queries", "",
              "`seen`: the query has a relevant document that is a positive of some training query "
-             "of the stage; `unseen`: it has none (where geometry preservation is really tested).", "",
+             "of the stage; `unseen`: it has none (where geometry preservation is really tested). "
+             "`unseen train-pos@10`: share of the unseen queries' top-10 results that are training "
+             "positives (none of them is relevant to an unseen query): a method that learned a "
+             "document prior instead of geometry fills rankings with them.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for me in methods:
         cells = [me]
         for ds in datasets:
             s = by.get((ds, me))
-            for sub in ("seen", "unseen"):
-                cells.append("–" if s is None else fmt(s[f"{sub}_ndcg@10"], s[f"{sub}_ndcg@10_std"]))
+            for sub in ("seen_ndcg@10", "unseen_ndcg@10", "unseen_train_pos@10"):
+                digits = 3 if sub == "unseen_train_pos@10" else 4
+                cells.append("–" if s is None else fmt(s[sub], s[f"{sub}_std"], digits))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

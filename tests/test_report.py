@@ -15,6 +15,7 @@ def result(method, seed, ndcg, recall, mtype=None, per_query=None):
             "metrics": {"ndcg@10": ndcg, "recall@10": recall, "recall@100": 1.0, "mrr@10": ndcg},
             "subsets": {"seen": {"n_queries": 2, "metrics": {"ndcg@10": ndcg + 0.1}},
                         "unseen": {"n_queries": 1, "metrics": {"ndcg@10": ndcg - 0.2}}},
+            "diagnostics": {"train_positive_share@10": {"all": 0.3, "seen": 0.4, "unseen": seed / 10}},
             "artifacts": {"per_query": per_query}}
 
 
@@ -39,7 +40,11 @@ def test_summary_and_markdown_mark_best_compressed_method():
     assert "| dive | 8 | **0.6500 ± 0.0000** | 0.6800 ± 0.0000 |" in md  # best nDCG, not best recall
     assert "| pca | 8 | 0.6000 ± 0.1414 | **0.7000 ± 0.1414** |" in md
     assert "**0.9000" not in md  # frozen is the uncompressed reference, never "best"
-    assert "| dive | 0.7500 ± 0.0000 | 0.4500 ± 0.0000 |" in report.seen_unseen_markdown(summary, ["dive"], ["ds"])
+    # unseen train-positive share: seeds 1 and 2 give 0.1 and 0.2 -> 0.150 ± 0.071
+    assert "| dive | 0.7500 ± 0.0000 | 0.4500 ± 0.0000 | 0.150 ± 0.071 |" in \
+        report.seen_unseen_markdown(summary, ["dive"], ["ds"])
+    old = report.summarize(report.collect([{**result("pca", 1, 0.5, 0.6), "diagnostics": None}]))
+    assert "| pca | 0.6000 | 0.3000 | – |" in report.seen_unseen_markdown(old, ["pca"], ["ds"])  # older results
 
 
 def test_paired_randomization():

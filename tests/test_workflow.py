@@ -96,6 +96,8 @@ def test_result_json_is_sane(workdir):
             assert r["metrics"]["ndcg@10"] > 0.3
         sub = r["subsets"]
         assert sub["seen"]["n_queries"] + sub["unseen"]["n_queries"] == 10
+        share = r["diagnostics"]["train_positive_share@10"]  # memorisation diagnostic
+        assert 0.0 <= share["all"] <= 1.0 and set(share) == {"all", "seen", "unseen"}
         fp = r["fingerprints"]
         assert set(fp["source"]) == {"corpus.jsonl", "queries.jsonl", "qrels/test.tsv"}
         assert re.fullmatch(r"[0-9a-f]{64}", fp["checkpoint_sha256"])

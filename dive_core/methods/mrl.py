@@ -19,16 +19,35 @@ Decisions (SPEC open):
 - Nearest neighbours: K = min(topk_neighbors, n - 1) among the n distinct items, excluding i.
 - Prefixes below min_prefix are only k (and d); M is sorted ascending; every prefix has equal
   weight.
-- ``l1_reduction``: SPEC writes L_rec = mean |e - z|_1. Summed over the d coordinates
-  (``sum``) with beta = 1, its pull back to the identity outweighs every other term and the
-  adapter does not move: on SciFact validation (MiniLM, 64d, seed 2027, select stage) MRL then
-  scores nDCG@10 0.4467, exactly truncation's 0.4467; averaged over coordinates (``mean``,
-  i.e. torch.nn.L1Loss, = sum / d) it scores 0.7327 (0.7307 in the workflow's
-  results/tables/selection.md, which trains with 2 threads instead of 1). The config uses
-  ``mean`` for MRL, a choice made on validation queries only.
+- ``schedule`` (default ``two_stage``, the publication's): "the Matryoshka-Adaptor is trained
+  in an unsupervised way, subsequent tuning is conducted in a supervised way". Stage 1 trains
+  L_topk + alpha L_pair + beta L_rec on batches of corpus documents for ceil(E/2) of the E
+  epochs (phase ``unsupervised``); stage 2 adds gamma L_rank and trains on the triplets for the
+  rest (phase ``supervised``); one epoch budget, as SMEC splits its own. ``joint`` (all four
+  terms from the start) was the implementation before the audit.
+- ``l1_reduction`` (default ``mean``): SPEC writes L_rec = mean |e - z|_1. Summed over the d
+  coordinates (``sum``) with the published beta = 1, the L1 pull outweighs every other term
+  and the adapter stays the identity: validation nDCG@10 and R@10 are exactly truncation's
+  (0.4467 / 0.5724). That cannot be what the authors meant (they report large gains over the
+  frozen prefix), while ``mean`` (per-coordinate, ``torch.nn.L1Loss`` / Keras MAE) makes L_rec a
+  mean like every other term of the objective (pairs, neighbours, triplets). It is a reading
+  of an ambiguous equation fixed once, not a tuned value: nothing else was tried.
+
+Audit (README Decisions; ``config/audit.yaml``, table ``results/tables/audit_mrl.md``;
+SciFact, MiniLM, 64d, seed 2027, validation nDCG@10 / R@10 / unseen nDCG@10, 101 unseen of 221)::
+
+    truncate                          0.4467 / 0.5724 / 0.4778
+    joint (before the audit)          0.7337 / 0.7937 / 0.5129
+    two_stage (published)             0.7436 / 0.8390 / 0.5354   <- configuration kept
+    joint without L_rank              0.5001 / 0.6373 / 0.5266
+    joint, |.|_1 summed               0.4467 / 0.5724 / 0.4778   (= truncate)
 
 Logged per epoch (weighted): ``topk``, ``pair`` (alpha L_pair), ``reconstruction`` (beta L_rec),
-``rank`` (gamma_rank L_rank).
+``rank`` (gamma_rank L_rank; 0 in the unsupervised stage); ``phase`` names the stage.
+
+Speed: the prefix cosine matrices of L_pair and L_topk come from cumulative block Gram matrices
+(all prefixes for the price of one Gram, computed once for both terms), L_rank's prefix cosines
+from cumulative sums over coordinates.
 """
 
 from __future__ import annotations
