@@ -99,7 +99,7 @@ def bare_dive_fit(data: FitData, d: int, k: int, hp: dict, seed: int) -> nn.Modu
     return nn.ModuleDict({"up": up, "down": down})
 
 
-def time_method(name: str, hp: dict, data: FitData, d: int, k: int, seed: int):
+def time_method(hp: dict, data: FitData, d: int, k: int, seed: int):
     """Seconds for one ``fit``, the fitted method and its per-epoch log."""
     m = new_method(hp["__type"], d, k, {h: v for h, v in hp.items() if h != "__type"}, seed)
     log = TrainLog()
@@ -144,11 +144,11 @@ def main() -> None:
         hp = dict(hps[name])
         if hp["__type"] == "autoencoder":  # one pass over the corpus
             hp["epochs"] = 1
-            secs, _, _ = time_method(name, hp, corpus, emb.dim, a.k, a.seed)
+            secs, _, _ = time_method(hp, corpus, emb.dim, a.k, a.seed)
             return secs, None
         if hp.get("schedule") == "two_stage":  # one corpus epoch, then one triplet epoch
             hp["epochs"] = 2
-            _, m, log = time_method(name, hp, part, emb.dim, a.k, a.seed)
+            _, m, log = time_method(hp, part, emb.dim, a.k, a.seed)
             unsup, sup = (r["seconds"] for r in log.rows)  # as trained: half the epochs each
             return (unsup + sup * full.n_triplets / part.n_triplets) / 2, m
         if hp["__type"] == "smec":  # one epoch per stage over the subset
@@ -156,7 +156,7 @@ def main() -> None:
             hp["epochs"] = len(stage_widths(emb.dim, a.k)) - 1
         else:
             hp["epochs"] = 1
-        secs, m, _ = time_method(name, hp, part, emb.dim, a.k, a.seed)
+        secs, m, _ = time_method(hp, part, emb.dim, a.k, a.seed)
         return secs / hp["epochs"] * full.n_triplets / part.n_triplets, m
 
     def run_bare():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -149,7 +150,9 @@ def bar_chart(path: str | Path, summary: Sequence[Mapping], methods: Sequence[st
     ax.set_xticks(range(len(datasets)), datasets)
     ax.set_ylabel(metric)
     ax.set_ylim(0, min(1.0, max([s[metric] for s in summary if not math.isnan(s[metric])] + [0.1]) + 0.15))
-    ax.set_title(title or metric, fontsize=10)
+    # wrap long titles to the figure's width (about 11 characters per inch at this size)
+    width_chars = max(40, int(11 * fig.get_size_inches()[0]))
+    ax.set_title("\n".join(textwrap.wrap(title or metric, width_chars)), fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

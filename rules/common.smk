@@ -2,11 +2,9 @@
 import os
 import sys
 
+# The Snakefile imports dive_core from this checkout; workflow scripts (local, conda or cluster
+# jobs) find it through workflow_scripts/_dive_path.py, which each of them imports first.
 sys.path.insert(0, workflow.basedir)
-# workflow scripts (and cluster jobs) import dive_core from this checkout
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p
-)
 
 from dive_core import config as dcfg
 
@@ -39,11 +37,10 @@ ZIP = "data/beir/_zips/{zipname}.zip"
 SPLITS = "results/{dataset}/splits.json"
 EMBEDDINGS = "results/{dataset}/{backbone}/embeddings.h5"
 TRIPLETS = "results/{dataset}/{backbone}/triplets/{stage}-{negatives}.tsv"
-RUN_DIR = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}"
-CHECKPOINT = RUN_DIR + "/model.pt"
-TRAIN_LOG = RUN_DIR + "/train_log.tsv"
-EVAL_JSON = RUN_DIR + "/eval.json"
-PER_QUERY = RUN_DIR + "/per_query.tsv"
+CHECKPOINT = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/model.pt"
+TRAIN_LOG = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/train_log.tsv"
+EVAL_JSON = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/eval.json"
+PER_QUERY = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/per_query.tsv"
 HEADLINE = "results/{dataset}/{method}/seed{seed}.json"
 TABLE = "results/tables/{experiment}.md"
 LOGS = "logs/{rule}/{name}.log"
@@ -109,3 +106,84 @@ def all_targets():
                 targets.append(HEADLINE.format(**run))
         targets.append(TABLE.format(experiment=name))
     return list(dict.fromkeys(targets))
+
+
+# ---- data (rules/data.smk) --------------------------------------------------------------
+def zip_entry(zipname):
+    for name, entry in REGISTRY.items():
+        if entry.get("zip") == zipname:
+            return entry
+    raise ValueError(f"no dataset in {config['dataset_registry']} uses zip {zipname!r}")
+
+
+def staging_input(wildcards):
+    entry = registry_entry(wildcards.dataset)
+    if LOCAL_BEIR or entry.get("local_only"):
+        return []  # read from the local BEIR directory (config beir_data_dir / $BEIR_DATA_DIR)
+    return ZIP.format(zipname=entry["zip"])
+
+
+# ---- embeddings (rules/embeddings.smk) --------------------------------------------------
+def backbone_spec(backbone):
+    if backbone not in config["backbones"]:
+        raise ValueError(f"backbone {backbone!r} is not defined under backbones: in the config")
+    return config["backbones"][backbone]
+
+
+def query_instruction(wildcards):
+    """Only instruction-following backbones get (and depend on) the dataset's instruction."""
+    if backbone_spec(wildcards.backbone)["family"] != "llm2vec":
+        return ""
+    return registry_entry(wildcards.dataset).get("instruction", "")
+
+
+# ---- triplets (rules/triplets.smk) ------------------------------------------------------
+def triplet_inputs(wildcards):
+    inputs = {"source": SOURCE.format(**wildcards), "splits": SPLITS.format(**wildcards)}
+    if wildcards.negatives == "hard":  # negatives mined from the frozen top-k of this backbone
+        inputs["embeddings"] = EMBEDDINGS.format(**wildcards)
+    return inputs
+
+
+# ---- training (rules/train.smk) ---------------------------------------------------------
+def method_params(method):
+    """Resolved hyperparameters (config entry + shared training section); resolved again in the
+    job when the driving environment cannot import the method implementations."""
+    entry = method_entry(method)
+    if _DEEP:
+        return dcfg.method_hparams(config, method)
+    return {"__unresolved__": True, "entry": entry, "training": config["training"]}
+
+
+def train_inputs(wildcards):
+    inputs = {
+        "embeddings": EMBEDDINGS.format(**wildcards),
+        "splits": SPLITS.format(**wildcards),
+    }
+    if needs_triplets(wildcards.method):
+        tsv = TRIPLETS.format(negatives=dcfg.method_negatives(config, wildcards.method), **wildcards)
+        inputs["triplets"] = tsv
+        inputs["triplets_meta"] = tsv.replace(".tsv", ".json")
+    return inputs
+
+
+# ---- report (rules/report.smk) ----------------------------------------------------------
+def experiment_files(pattern):
+    def files(wildcards):
+        return [pattern.format(**run) for run in dcfg.experiment_runs(config, wildcards.experiment)]
+
+    return files
+
+
+def experiment_title(wildcards):
+    exp = dcfg.experiment(config, wildcards.experiment)
+    role = "held-out test queries" if exp["stage"] == "final" else "validation queries"
+    return (f"{wildcards.experiment}: {role}, backbone {config['backbone']}, {exp['dim']} dimension"
+            + (f" - {exp['description']}" if exp.get("description") else ""))
+
+
+def shown(path, caption, content):
+    """An output that `snakemake --report` shows, grouped by experiment, with the caption
+    report/{caption}.rst."""
+    return report(path, caption=f"../report/{caption}.rst", category="{experiment}",
+                  labels={"experiment": "{experiment}", "content": content})

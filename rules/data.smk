@@ -1,20 +1,6 @@
 # Stage 1 - data: fetch the official BEIR zip (sha256-checked) or link a local BEIR copy.
 
 
-def zip_entry(zipname):
-    for name, entry in REGISTRY.items():
-        if entry.get("zip") == zipname:
-            return entry
-    raise ValueError(f"no dataset in {config['dataset_registry']} uses zip {zipname!r}")
-
-
-def staging_input(wildcards):
-    entry = registry_entry(wildcards.dataset)
-    if LOCAL_BEIR or entry.get("local_only"):
-        return []  # read from the local BEIR directory (config beir_data_dir / $BEIR_DATA_DIR)
-    return ZIP.format(zipname=entry["zip"])
-
-
 rule download_beir:
     output:
         ZIP,

@@ -1,19 +1,6 @@
 # Stage 3 - embeddings: frozen backbone vectors of the corpus and the judged queries (HDF5).
 
 
-def backbone_spec(backbone):
-    if backbone not in config["backbones"]:
-        raise ValueError(f"backbone {backbone!r} is not defined under backbones: in the config")
-    return config["backbones"][backbone]
-
-
-def query_instruction(wildcards):
-    """Only instruction-following backbones get (and depend on) the dataset's instruction."""
-    if backbone_spec(wildcards.backbone)["family"] != "llm2vec":
-        return ""
-    return registry_entry(wildcards.dataset).get("instruction", "")
-
-
 rule embed:
     input:
         SOURCE,

@@ -1,27 +1,6 @@
 # Stage 7 - report: one table (Markdown + TSV) and two bar charts per experiment.
 
 
-def experiment_files(pattern):
-    def files(wildcards):
-        return [pattern.format(**run) for run in dcfg.experiment_runs(config, wildcards.experiment)]
-
-    return files
-
-
-def experiment_title(wildcards):
-    exp = dcfg.experiment(config, wildcards.experiment)
-    role = "held-out test queries" if exp["stage"] == "final" else "validation queries"
-    return (f"{wildcards.experiment}: {role}, backbone {config['backbone']}, {exp['dim']} dimension"
-            + (f" - {exp['description']}" if exp.get("description") else ""))
-
-
-def shown(path, caption, content):
-    """An output that `snakemake --report` shows, grouped by experiment, with the caption
-    report/{caption}.rst."""
-    return report(path, caption=f"../report/{caption}.rst", category="{experiment}",
-                  labels={"experiment": "{experiment}", "content": content})
-
-
 rule table:
     input:
         results=experiment_files(EVAL_JSON),

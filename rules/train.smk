@@ -1,27 +1,6 @@
 # Stage 5 - training: fit one method variant at one dimension, seed and stage.
 
 
-def method_params(method):
-    """Resolved hyperparameters (config entry + shared training section); resolved again in the
-    job when the driving environment cannot import the method implementations."""
-    entry = method_entry(method)
-    if _DEEP:
-        return dcfg.method_hparams(config, method)
-    return {"__unresolved__": True, "entry": entry, "training": config["training"]}
-
-
-def train_inputs(wildcards):
-    inputs = {
-        "embeddings": EMBEDDINGS.format(**wildcards),
-        "splits": SPLITS.format(**wildcards),
-    }
-    if needs_triplets(wildcards.method):
-        tsv = TRIPLETS.format(negatives=dcfg.method_negatives(config, wildcards.method), **wildcards)
-        inputs["triplets"] = tsv
-        inputs["triplets_meta"] = tsv.replace(".tsv", ".json")
-    return inputs
-
-
 rule train:
     input:
         unpack(train_inputs),

@@ -1,13 +1,6 @@
 # Stage 4 - triplets: shared deterministic (query, positive, negative) triplets per stage.
 
 
-def triplet_inputs(wildcards):
-    inputs = {"source": SOURCE.format(**wildcards), "splits": SPLITS.format(**wildcards)}
-    if wildcards.negatives == "hard":  # negatives mined from the frozen top-k of this backbone
-        inputs["embeddings"] = EMBEDDINGS.format(**wildcards)
-    return inputs
-
-
 rule triplets:
     input:
         unpack(triplet_inputs),

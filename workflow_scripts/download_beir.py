@@ -1,5 +1,6 @@
 """Rule download_beir: official BEIR zip -> data/beir/_zips/{zip}.zip, refused unless its
 sha256 matches the registry."""
+import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from dive_core import data, runlog
 
 log = runlog.setup(snakemake.log[0])

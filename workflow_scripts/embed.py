@@ -1,4 +1,5 @@
 """Rule embed: staged dataset -> HDF5 of frozen corpus and judged-query embeddings."""
+import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from pathlib import Path
 
 from dive_core import backbones, data, embeddings, provenance, runlog, splits

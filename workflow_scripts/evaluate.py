@@ -1,4 +1,5 @@
 """Rule evaluate: checkpoint + embeddings + split -> result JSON + per-query TSV."""
+import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from dive_core import provenance, runlog
 from dive_core.atomic import read_json, write_json
 from dive_core.data import sha256_file

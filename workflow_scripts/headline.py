@@ -1,4 +1,5 @@
 """Rule headline_result: copy the canonical held-out result to results/{dataset}/{method}/seed{seed}.json."""
+import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 import shutil
 
 from dive_core import runlog

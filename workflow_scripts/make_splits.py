@@ -1,4 +1,5 @@
 """Rule make_splits: staged dataset -> split manifest JSON."""
+import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from pathlib import Path
 
 from dive_core import data, runlog, splits

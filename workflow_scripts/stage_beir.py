@@ -3,6 +3,7 @@
 The local directory is read from the config (beir_data_dir) or $BEIR_DATA_DIR here rather
 than passed as a rule parameter, so that moving byte-identical data elsewhere does not
 invalidate every downstream artifact; the fingerprints in source.json guard the content."""
+import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from pathlib import Path
 
 from dive_core import config as dcfg

@@ -1,4 +1,5 @@
 """Rule table: an experiment's result JSONs -> table (Markdown, TSV), per-run TSV, bar charts."""
+import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from dive_core import report, runlog
 
 log = runlog.setup(snakemake.log[0])

@@ -1,4 +1,5 @@
 """Rule train: frozen embeddings + split (+ triplets) -> checkpoint + per-epoch log TSV."""
+import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 import time
 
 from dive_core import provenance, runlog, splits

@@ -1,4 +1,5 @@
 """Rule triplets: split manifest (+ frozen embeddings for hard negatives) -> triplet TSV + meta."""
+import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from pathlib import Path
 
 from dive_core import data, runlog, splits, triplets
