@@ -5,12 +5,13 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from dive_core.losses import PairwiseSoftplusRankLoss as SMECRankLoss  # SMEC's supervised term
 from dive_core.losses import SMECCrossBatchLoss
 from dive_core.methods import method_class, new_method, resolve_hparams
 from dive_core.methods.base import Method
-from dive_core.methods.smec import (CrossBatchMemory, gumbel_topk_mask, split_epochs, stage_widths,
+from dive_core.methods.smec import (CrossBatchMemory, FrozenNeighbours, gumbel_topk_mask, split_epochs, stage_widths,
                                     topk_indices)
 from dive_core.training import FitData, TrainLog
 from synthetic import FAST, make_problem
@@ -387,3 +388,42 @@ def test_ads_learns_at_the_configured_learning_rates():
     assert m.meta["ads"][0] == st1  # what ADS learned is recorded with the checkpoint
     last = [r for r in log.rows if r["phase"] == "stage1"][-1]
     assert last["ads_prefix_overlap"] == 0.0 and last["ads_spread"] > 0.5
+
+
+@pytest.mark.parametrize("queue_size", [7, 150, 400])
+def test_precomputed_neighbours_equal_the_exact_search(queue_size):
+    """The once-per-fit neighbour lists give the same S-XBM neighbours, targets and validity as
+    the exact per-step search, while the queue fills and when it holds few of an anchor's
+    candidates (exact fallback), with the anchor itself queued or not."""
+    gen = torch.Generator().manual_seed(0)
+    n, d, m = 200, 16, 10
+    z = torch.randn(n, d, generator=gen)
+    nbrs = FrozenNeighbours(F.normalize(z, dim=-1), m, queue_size)
+    assert nbrs.M == min(n - 1, max(m, -(-4 * m * n // queue_size)))
+    queue = CrossBatchMemory(queue_size, d, 1)
+    position = torch.full((n,), -1, dtype=torch.long)
+    fallbacks = 0
+    for step in range(12):
+        if len(queue):
+            anchors = torch.unique(torch.randint(0, n, (30,), generator=gen))
+            exclude = anchors[:, None] == queue.keys[None, :]
+            want = SMECCrossBatchLoss.neighbours(z[anchors], queue.emb, m, exclude)
+            got = nbrs.lookup(anchors, position, queue, z)
+            assert torch.equal(got[2], want[2])
+            assert torch.equal(got[0][want[2]], want[0][want[2]])
+            assert torch.allclose(got[1][want[2]], want[1][want[2]], atol=1e-6)
+            cand_queued = (position[nbrs.idx[anchors]] >= 0).sum(1)
+            fallbacks += int((cand_queued < want[2].sum(1)).sum())
+        keys = torch.randint(0, n, (25,), generator=gen)
+        queue.push(keys, z[keys])
+        position.fill_(-1)
+        position[queue.keys] = torch.arange(len(queue))
+    if queue_size == 7:
+        assert fallbacks == 0  # M = n - 1: every queued item is a candidate
+    if queue_size == 150:
+        assert fallbacks > 0  # M = 54 of 199: some anchors need the exact search
+
+
+def test_neighbour_search_cost_model():
+    assert FrozenNeighbours.worthwhile(6000, 10, 4096, steps=4000, anchors_per_step=384)
+    assert not FrozenNeighbours.worthwhile(1_000_000, 10, 4096, steps=4000, anchors_per_step=384)

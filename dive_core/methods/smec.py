@@ -197,6 +197,69 @@ class CrossBatchMemory:
         self.wide = torch.cat([self.wide[old], wide[keep].detach().to(self.wide.dtype)])[-self.size:]
 
 
+class FrozenNeighbours:
+    """Each training item's ``M`` nearest other items by frozen cosine, computed once per fit
+    (decision 8): the S-XBM neighbours of an anchor are then the first ``m`` of its list that are
+    queued, which is exactly the top-m of the queue whenever at least ``m`` of them are queued
+    (the list is sorted by cosine). Anchors with fewer queued candidates than they have
+    admissible queue entries fall back to the exact search over the queue.
+
+    ``z`` (n, d) must be L2-normalised. ``M = min(n - 1, max(m, ceil(4 m n / queue_size)))``: a
+    queue holding a fraction ``queue_size / n`` of the items is expected to hold 4m of them.
+    """
+
+    def __init__(self, z: torch.Tensor, m: int, queue_size: int, chunk: int = 2048):
+        n = z.shape[0]
+        self.m = int(m)
+        self.M = int(min(n - 1, max(self.m, -(-4 * self.m * n // int(queue_size)))))
+        idx, cos = [], []
+        with torch.no_grad():
+            for start in range(0, n, chunk):
+                sim = z[start:start + chunk] @ z.T
+                rows = torch.arange(sim.shape[0], device=z.device)
+                sim[rows, rows + start] = float("-inf")  # an item is never its own neighbour
+                v, i = sim.topk(self.M, dim=1)
+                idx.append(i)
+                cos.append(v)
+        self.idx = torch.cat(idx) if idx else torch.empty(0, 0, dtype=torch.long, device=z.device)
+        self.cos = torch.cat(cos) if cos else torch.empty(0, 0, device=z.device)
+
+    @staticmethod
+    def worthwhile(n_items: int, m: int, queue_size: int, steps: int, anchors_per_step: int) -> bool:
+        """Cost model: the one-off n x n search costs less than ``steps`` searches of
+        ``anchors_per_step`` x ``queue_size`` (same d), and its lists (8-byte index + 4-byte
+        cosine per entry) fit in 1 GiB. At Quora scale (n ~ 10^6 items) it does not pay."""
+        M = min(n_items, max(m, -(-4 * m * n_items // queue_size)))
+        return n_items * n_items <= steps * anchors_per_step * queue_size and 12 * n_items * M <= 2 ** 30
+
+    @torch.no_grad()
+    def lookup(self, anchors: torch.Tensor, position: torch.Tensor, queue: "CrossBatchMemory",
+               z: torch.Tensor):
+        """Same contract as :meth:`SMECCrossBatchLoss.neighbours` with the anchor's own queue
+        entry excluded: ``(index into the queue, target cosine, valid)``, each (A, min(m, L)).
+        ``position`` (n,) = each item's queue position or -1."""
+        L, M = len(queue), self.M
+        width = min(self.m, L)
+        cand = self.idx[anchors]
+        qpos = position[cand]
+        queued = qpos >= 0
+        take = queued
+        cols = torch.arange(M, device=anchors.device).expand_as(take)
+        order = torch.where(take, cols, M).sort(dim=1).values[:, :width]
+        valid = order < M
+        col = order.clamp_max(M - 1)
+        index = qpos.gather(1, col).clamp_min(0)
+        target = self.cos[anchors].gather(1, col)
+        admissible = L - (position[anchors] >= 0).long()
+        short = valid.sum(1) < admissible.clamp_max(width)
+        if bool(short.any()):  # too few queued candidates: exact search over the queue
+            a = anchors[short]
+            exclude = a[:, None] == queue.keys[None, :]
+            i2, t2, v2 = SMECCrossBatchLoss.neighbours(z[a], queue.emb, width, exclude)
+            index[short], target[short], valid[short] = i2, t2, v2
+        return index, target, valid
+
+
 class SMECStage(nn.Module):
     """One SMRL stage: ResidualMLP at width ``width_in``, ADS importance scores, and the
     selection ``selected`` (buffer, fixed when the stage is frozen)."""
@@ -267,6 +330,13 @@ class SMEC(TorchMethod):
         self._tp = torch.searchsorted(doc_rows, data.t_p)
         self._tn = torch.searchsorted(doc_rows, data.t_n)
         self._yp, self._yn = data.y_p, data.y_n
+        n_items = self._z.shape[0]
+        steps = -(-data.n_triplets // hpc.as_int(self.type, self.hp, "batch_size")) * sum(self.stage_epochs)
+        anchors = 3 * hpc.as_int(self.type, self.hp, "batch_size")
+        self._nbrs = None
+        if FrozenNeighbours.worthwhile(n_items, self.queue_neighbors, self.queue_size, steps, anchors):
+            self._nbrs = FrozenNeighbours(F.normalize(self._z, dim=-1), self.queue_neighbors, self.queue_size)
+        self.meta["neighbour_search"] = "precomputed" if self._nbrs is not None else "per_step"
         try:
             for s, (st, epochs) in enumerate(zip(self.stages, self.stage_epochs)):
                 self.net.eval()
@@ -277,6 +347,7 @@ class SMEC(TorchMethod):
                 self._gen = torch.Generator().manual_seed(seed)
                 self._stage = s
                 self._queue = CrossBatchMemory(self.queue_size, self.d, st.width_in, dev)
+                self._position = torch.full((n_items,), -1, dtype=torch.long, device=dev)
                 self._pending = None
                 # ADS scores: own learning rate, no weight decay (decision 5)
                 groups = [{"params": list(st.adapter.parameters())},
@@ -286,13 +357,16 @@ class SMEC(TorchMethod):
                 st.freeze()
                 self.meta.setdefault("ads", []).append(ads_summary(st))
         finally:
-            for name in ("_z", "_x", "_tq", "_tp", "_tn", "_yp", "_yn", "_queue", "_pending", "_gen"):
+            for name in ("_z", "_x", "_tq", "_tp", "_tn", "_yp", "_yn", "_queue", "_pending", "_gen",
+                         "_nbrs", "_position"):
                 self.__dict__.pop(name, None)
         self.net.eval()
 
     def _push(self) -> None:
         keys, wide = self._pending
         self._queue.push(keys, self._z[keys], wide)
+        self._position.fill_(-1)
+        self._position[self._queue.keys] = torch.arange(len(self._queue), device=self._position.device)
 
     def _stage_loss(self, data, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         st = self.stages[self._stage]
@@ -304,7 +378,10 @@ class SMEC(TorchMethod):
         iq, ip, in_ = inv[:b], inv[b:2 * b], inv[2 * b:]
         wide = st.adapter(self._x[anchors])  # every distinct batch item once, with gradient
         narrow = wide[:, sel] * mask[sel]  # = (wide * mask)[:, sel], on w_s columns only
-        if len(self._queue):
+        if len(self._queue) and self._nbrs is not None:
+            nb, target, valid = self._nbrs.lookup(anchors, self._position, self._queue, self._z)
+            nb_wide = self._queue.wide[nb]  # memory entries: constants (decision 8)
+        elif len(self._queue):
             exclude = anchors[:, None] == self._queue.keys[None, :]
             nb, target, valid = self.xbm_loss.neighbours(self._z[anchors], self._queue.emb,
                                                          self.queue_neighbors, exclude)
