@@ -26,6 +26,7 @@ include: "rules/embeddings.smk"
 include: "rules/triplets.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
+include: "rules/select.smk"
 include: "rules/report.smk"
 
 

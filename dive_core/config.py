@@ -74,7 +74,176 @@ def method_hparams(config: Mapping, method: str) -> dict:
 
 
 def method_negatives(config: Mapping, method: str) -> str:
-    return config["methods"][method].get("negatives", config["triplets"]["negatives"])
+    """The triplet set a method trains on: ``random`` or ``hard`` negatives, with the suffix
+    ``-docdisjoint`` for the document-disjoint variant (``doc_disjoint: true``)."""
+    entry = config["methods"][method]
+    neg = entry.get("negatives", config["triplets"]["negatives"])
+    return f"{neg}-{DOC_DISJOINT}" if entry.get("doc_disjoint") else neg
+
+
+# ---- generated method variants (selection candidates, head counts, document-disjoint runs) ----
+LABEL_FREE_TYPES = {"frozen", "truncate", "pca", "autoencoder"}  # fit without relevance labels
+SELECTION_STUDIES = ("lr_audit", "dive_config")
+SELECTION_PATH = "results/selection/{study}.json"
+DOC_DISJOINT = "docdisjoint"
+
+
+def _value_tag(value: Any) -> str:
+    """A path-safe rendering of a hyperparameter value: 1e-04, 0.7, 4, hinge."""
+    if isinstance(value, float):
+        return f"{value:.0e}" if value != 0 and (abs(value) < 1e-2 or abs(value) >= 1e4) else f"{value:g}"
+    return str(value)
+
+
+def selection_settings(config: Mapping) -> dict:
+    sel = dict(config.get("selection") or {})
+    sel.setdefault("datasets", None)
+    sel["datasets"] = list(sel["datasets"] or config["datasets"])
+    sel.setdefault("seed", int(config["seeds"][0]))
+    sel.setdefault("lr_audit", {})
+    sel.setdefault("dive_grid", {})
+    return sel
+
+
+def selection_candidates(config: Mapping, study: str) -> dict[str, list[tuple[str, dict]]]:
+    """``{base method: [(candidate method name, overrides), ...]}`` of a selection study.
+
+    ``lr_audit``: each audited method at each of its learning rates (``{base}-lr{value}``);
+    ``dive_config``: the product of ``selection.dive_grid`` (``dive-{key}{value}...``); an empty
+    grid is the paper's single point, whose only candidate is ``dive`` itself. A candidate whose
+    overrides equal the base entry's values is the base method itself (its runs are shared)."""
+    import itertools
+
+    sel = selection_settings(config)
+    if study == "lr_audit":
+        grids = {base: {"lr": list(values)} for base, values in sel["lr_audit"].items()}
+    elif study == "dive_config":
+        grids = {"dive": dict(sel["dive_grid"])}
+    else:
+        raise ConfigError(f"config: unknown selection study {study!r} (have {SELECTION_STUDIES})")
+    out = {}
+    for base, grid in grids.items():
+        entry = config["methods"].get(base)
+        if entry is None:
+            raise ConfigError(f"config: selection.{study}: method {base!r} is not defined under methods")
+        keys = list(grid)
+        cands = []
+        for values in itertools.product(*(grid[k] for k in keys)):
+            over = dict(zip(keys, values))
+            same = all(k in entry and entry[k] == v for k, v in over.items())
+            name = base if same else base + "-" + "-".join(f"{k.replace('_', '')}{_value_tag(v)}"
+                                                            for k, v in over.items())
+            cands.append((name, over))
+        out[base] = cands
+    return out
+
+
+def heads_variants(config: Mapping, base: str, values, k: int, d: int) -> tuple[list[tuple[int, str]], str]:
+    """``[(H, method name)]`` of the head-sensitivity study and a note. H with k*H > d cannot
+    exist; each is replaced by the largest H with k*H <= d (d // k) when that is not already in
+    the list (MiniLM, 64d: {2, 4, 8} -> {2, 4, 6})."""
+    entry = config["methods"][base]
+    kept, notes = [], []
+    for h in values:
+        h = int(h)
+        if k * h > d:
+            alt = d // k
+            notes.append(f"H = {h} cannot exist at k = {k}, d = {d} (k*H = {k * h} > d)"
+                         + (f"; H = {alt} (k*H = {k * alt}) is used instead" if alt not in values else ""))
+            h = alt
+        if h < 1 or h in [x for x, _ in kept]:
+            continue
+        kept.append((h, base if int(entry.get("heads", -1)) == h else f"{base}-h{h}"))
+    return sorted(kept), "; ".join(notes)
+
+
+def _add_method(config: dict, name: str, entry: dict) -> None:
+    have = config["methods"].get(name)
+    if have is not None and have != entry:
+        raise ConfigError(f"config: methods.{name} is defined, but the workflow generates a different "
+                          f"variant under that name; rename it")
+    config["methods"][name] = entry
+
+
+def expand(config: dict) -> None:
+    """Add the generated method variants to ``config["methods"]`` and resolve every study's
+    method list (``experiments.<name>.methods``) in place. Idempotent."""
+    config.setdefault("selection", {})
+    base_entries = {n: dict(e) for n, e in config["methods"].items()}
+    for study in SELECTION_STUDIES:
+        for base, cands in selection_candidates(config, study).items():
+            for name, over in cands:
+                if name != base:
+                    entry = {k: v for k, v in base_entries[base].items() if k != "selected"}
+                    _add_method(config, name, {**entry, **over})
+    bb = config["backbones"][config["backbone"]]
+    for ename, exp in (config.get("experiments") or {}).items():
+        study = exp.get("study", "main")
+        if study == "heads":
+            base = exp.get("base", "dive")
+            k = int(bb["dims"][exp.get("dim", "primary")])
+            variants, note = heads_variants(config, base, exp.get("heads", [2, 4, 8]), k, int(bb["dim"]))
+            for h, name in variants:
+                if name != base:
+                    _add_method(config, name, {**base_entries[base], "heads": h})
+            exp["methods"] = [name for _, name in variants]
+            exp["heads_note"] = note
+        elif study == "lr_audit":
+            cands = selection_candidates(config, "lr_audit")
+            exp["methods"] = [n for c in cands.values() for n, _ in c] + [exp.get("reference", "dive")]
+            exp["datasets"] = selection_settings(config)["datasets"]
+            exp["seeds"] = [selection_settings(config)["seed"]]
+            exp["stage"] = "select"
+        if exp.get("triplets") == "doc_disjoint":
+            names = []
+            for m in exp.get("methods", []):
+                entry = config["methods"].get(m)
+                if entry is None or entry.get("type", m) in LABEL_FREE_TYPES or entry.get("doc_disjoint"):
+                    names.append(m)
+                    continue
+                name = f"{m}-{DOC_DISJOINT}"
+                _add_method(config, name, {**entry, "doc_disjoint": True})
+                names.append(name)
+            exp["methods"] = names
+
+
+def selection_input(config: Mapping, method: str) -> str | None:
+    """The selection JSON a method's jobs read its picked hyperparameters from, or None.
+    ``selected: <study>/<base>`` in the method entry; a study with a single candidate (the
+    paper's fixed DIVE point) picks nothing, so nothing depends on it."""
+    ref = config["methods"][method].get("selected")
+    if not ref:
+        return None
+    study, _, base = str(ref).partition("/")
+    if study not in SELECTION_STUDIES or not base:
+        raise ConfigError(f"config: methods.{method}.selected = {ref!r}: expected '<study>/<method>' "
+                          f"with study in {SELECTION_STUDIES}")
+    cands = selection_candidates(config, study)
+    if base not in cands:
+        raise ConfigError(f"config: methods.{method}.selected = {ref!r}: selection.{study} has no "
+                          f"method {base!r} (have {sorted(cands)})")
+    if len(cands[base]) < 2:
+        return None
+    return SELECTION_PATH.format(study=study)
+
+
+def apply_selection(hp: Mapping, selection: Mapping, ref: str) -> tuple[dict, dict]:
+    """``hp`` with the picked overrides of ``ref`` = '<study>/<base>' from a selection JSON."""
+    base = str(ref).partition("/")[2]
+    try:
+        over = selection["methods"][base]["pick"]["overrides"]
+    except KeyError:
+        raise ConfigError(f"selection JSON of {selection.get('study')!r} has no pick for {base!r}") from None
+    return {**hp, **over}, dict(over)
+
+
+def triplet_cap(config: Mapping, dataset: str) -> int | None:
+    """``triplets.max_per_query``: null (the paper's protocol: every triplet), an int, or a
+    mapping dataset -> int (datasets not listed: no cap)."""
+    cap = config["triplets"].get("max_per_query")
+    if isinstance(cap, Mapping):
+        cap = cap.get(dataset)
+    return None if cap is None else int(cap)
 
 
 def experiment(config: Mapping, name: str) -> dict:
@@ -97,11 +266,12 @@ def enabled_experiments(config: Mapping) -> list[str]:
 
 
 def experiment_runs(config: Mapping, name: str) -> list[dict]:
-    """The (dataset, backbone, method, k, stage, seed) runs of an experiment (default backbone)."""
+    """The (dataset, backbone, method, k, stage, seed) runs of an experiment (its ``backbones``,
+    default: the configured backbone)."""
     exp = experiment(config, name)
-    bb = config["backbone"]
     return [dict(dataset=ds, backbone=bb, method=m, k=method_k(config, bb, m, exp["dim"]),
                  stage=exp["stage"], seed=seed)
+            for bb in exp.get("backbones") or [config["backbone"]]
             for ds in exp["datasets"] for m in exp["methods"] for seed in exp["seeds"]]
 
 
@@ -130,18 +300,29 @@ def check(config: Mapping, registry: Mapping[str, dict], deep: bool = True) -> N
                 raise ConfigError(f"config: experiments.{ename}.datasets[{i}] = {ds!r} is not in the dataset registry")
     if not deep:
         return
-    used = {m for name in enabled_experiments(config) for m in experiment(config, name)["methods"]}
-    bname = config["backbone"]
-    bb = config["backbones"][bname]
     for mname in config["methods"]:
         try:
-            hp = method_hparams(config, mname)
+            method_hparams(config, mname)
         except (KeyError, ValueError) as exc:
             raise ConfigError(str(exc).strip("'\"")) from None
-        if "heads" in hp and mname in used:
-            for which, k in bb["dims"].items():
-                if k * int(hp["heads"]) > bb["dim"]:
+        selection_input(config, mname)
+    for ename in enabled_experiments(config):
+        exp = experiment(config, ename)
+        if not exp.get("methods"):
+            raise ConfigError(f"config: experiments.{ename} has no methods")
+        for bname in exp.get("backbones") or [config["backbone"]]:
+            if bname not in config["backbones"]:
+                raise ConfigError(f"config: experiments.{ename}.backbones: {bname!r} is not defined under backbones")
+            d = int(config["backbones"][bname]["dim"])
+            for mname in exp["methods"]:
+                hp = method_hparams(config, mname)
+                k = method_k(config, bname, mname, exp["dim"])
+                if "heads" in hp and k * int(hp["heads"]) > d:
                     raise ConfigError(
-                        f"config: methods.{mname}: k*H = {k}*{hp['heads']} = {k * hp['heads']} "
-                        f"exceeds d = {bb['dim']} of backbone {bname} at its {which} dimension "
-                        f"(backbones.{bname}.dims.{which}); DIVE needs k*H <= d")
+                        f"config: methods.{mname}: k*H = {k}*{hp['heads']} = {k * int(hp['heads'])} exceeds "
+                        f"d = {d} of backbone {bname} at its {exp['dim']} dimension (experiments.{ename}, "
+                        f"backbones.{bname}.dims.{exp['dim']}); DIVE needs k*H <= d")
+    for base, values in (selection_settings(config).get("lr_audit") or {}).items():
+        if len(values) != 3:
+            raise ConfigError(f"config: selection.lr_audit.{base} has {len(values)} candidates; the audit "
+                              f"gives every method exactly three (SPEC section 4)")

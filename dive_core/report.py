@@ -54,7 +54,7 @@ def fmt(mean: float, std: float, digits: int = 4) -> str:
 def summarize(rows: Sequence[Mapping], keys: Sequence[str] = ("dataset", "method"),
               metrics: Sequence[str] = ("ndcg@10", "recall@10", "recall@100", "mrr@10",
                                         "seen_ndcg@10", "unseen_ndcg@10", "unseen_train_pos@10",
-                                        "train_seconds")) -> list[dict]:
+                                        "train_seconds", "seen_n", "unseen_n")) -> list[dict]:
     """Mean and sample std over seeds for each (dataset, method); keeps first-seen order."""
     groups: dict[tuple, list[Mapping]] = {}
     for r in rows:

@@ -12,6 +12,18 @@ qrels file), ``num_negatives`` negatives are drawn:
 The random generator of each (query, positive) pair is seeded by
 ``sha256(f"{seed}:{query_id}:{positive_id}")`` over the sorted corpus ids, so the triplets do
 not depend on file order, on the order queries are processed, or on anything else.
+
+Two switches, both off in the paper's protocol:
+
+* ``max_per_query`` (config ``triplets.max_per_query``): keep at most that many of each query's
+  triplets, a uniform sample without replacement seeded by ``sha256(f"{seed}:{query_id}:cap")``
+  (file order kept). The same file is shared by every method, so the cap is fair; it is a
+  stated deviation for datasets with many positives per query (NFCorpus: ~41, i.e. ~1.1
+  million triplets per epoch uncapped).
+* ``excluded_docs`` (the document-disjoint check): documents that may be neither a positive nor
+  a negative - every document relevant to a query the stage evaluates. A positive pair whose
+  document is excluded is dropped, so the held-out score measures generalisation to documents
+  no training triplet contains, for every evaluated query.
 """
 
 from __future__ import annotations
@@ -68,8 +80,13 @@ def build_triplets(
     num_negatives: int = 10,
     mode: str = "random",
     hard_candidates: Mapping[str, Sequence[str]] | None = None,
+    max_per_query: int | None = None,
+    excluded_docs: set[str] | frozenset[str] = frozenset(),
 ) -> Triplets:
-    """Triplets for ``train_qids``; ``qrels`` is the merged ``{qid: {doc: score}}`` table."""
+    """Triplets for ``train_qids``; ``qrels`` is the merged ``{qid: {doc: score}}`` table;
+    ``max_per_query`` and ``excluded_docs``: see the module docstring."""
+    if max_per_query is not None and int(max_per_query) < 1:
+        raise ValueError(f"triplets.max_per_query must be >= 1 or null, got {max_per_query}")
     if mode not in ("random", "hard"):
         raise ValueError(f"triplet mode must be 'random' or 'hard', not {mode!r}")
     if mode == "hard" and hard_candidates is None:
@@ -80,8 +97,9 @@ def build_triplets(
     # the training queries were listed in; a query listed twice is used once
     for qid in sorted(set(train_qids)):
         judged = qrels.get(qid, {})
-        positives = sorted(d for d, s in judged.items() if s > 0)
-        excluded = set(positives) | {qid}
+        positives = sorted(d for d, s in judged.items() if s > 0 and d not in excluded_docs)
+        excluded = set(positives) | {qid} | set(excluded_docs)
+        start = len(rows)
         for pos in positives:
             rng = pair_rng(seed, qid, pos)
             if mode == "hard":
@@ -93,6 +111,10 @@ def build_triplets(
                 negs = _draw(rng, pool, excluded, num_negatives)
             for neg in negs:
                 rows.append((qid, pos, neg, judged[pos], min(judged.get(neg, 0), 0)))
+        if max_per_query is not None and len(rows) - start > int(max_per_query):
+            rng = pair_rng(seed, qid, "cap")
+            keep = np.sort(rng.choice(len(rows) - start, size=int(max_per_query), replace=False))
+            rows[start:] = [rows[start + i] for i in keep]
     if not rows:
         raise ValueError("no triplets: the training queries have no positives")
     q, p, n, ps, ns = zip(*rows)

@@ -9,6 +9,7 @@ sys.path.insert(0, workflow.basedir)
 from dive_core import config as dcfg
 
 REGISTRY = dcfg.load_registry(os.path.join(workflow.basedir, config["dataset_registry"]))
+dcfg.expand(config)  # generated variants: selection candidates, head counts, document-disjoint runs
 try:
     import torch  # noqa: F401  (deep checks resolve method hyperparameters)
 
@@ -27,7 +28,7 @@ wildcard_constraints:
     k=r"\d+",
     seed=r"\d+",
     stage=r"select|final",
-    negatives=r"random|hard",
+    negatives=r"(random|hard)(-docdisjoint)?",
     experiment=r"[A-Za-z0-9][A-Za-z0-9_.+-]*",
 
 
@@ -43,6 +44,7 @@ EVAL_JSON = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/eval.
 PER_QUERY = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/per_query.tsv"
 HEADLINE = "results/{dataset}/{method}/seed{seed}.json"
 TABLE = "results/tables/{experiment}.md"
+SELECTION = dcfg.SELECTION_PATH
 LOGS = "logs/{rule}/{name}.log"
 
 
@@ -105,6 +107,7 @@ def all_targets():
             if name == "main":
                 targets.append(HEADLINE.format(**run))
         targets.append(TABLE.format(experiment=name))
+    targets.append(SELECTION.format(study="dive_config"))
     return list(dict.fromkeys(targets))
 
 
@@ -140,7 +143,7 @@ def query_instruction(wildcards):
 # ---- triplets (rules/triplets.smk) ------------------------------------------------------
 def triplet_inputs(wildcards):
     inputs = {"source": SOURCE.format(**wildcards), "splits": SPLITS.format(**wildcards)}
-    if wildcards.negatives == "hard":  # negatives mined from the frozen top-k of this backbone
+    if wildcards.negatives.startswith("hard"):  # negatives mined from the frozen top-k of this backbone
         inputs["embeddings"] = EMBEDDINGS.format(**wildcards)
     return inputs
 
@@ -160,11 +163,35 @@ def train_inputs(wildcards):
         "embeddings": EMBEDDINGS.format(**wildcards),
         "splits": SPLITS.format(**wildcards),
     }
+    selection = dcfg.selection_input(config, wildcards.method)
+    if selection:  # hyperparameters picked on validation queries (selected: <study>/<method>)
+        inputs["selection"] = selection
     if needs_triplets(wildcards.method):
         tsv = TRIPLETS.format(negatives=dcfg.method_negatives(config, wildcards.method), **wildcards)
         inputs["triplets"] = tsv
         inputs["triplets_meta"] = tsv.replace(".tsv", ".json")
     return inputs
+
+
+# ---- selection (rules/select.smk) -------------------------------------------------------
+def selection_runs(study):
+    """The validation (select-stage) runs a selection study reads: its candidates and, for the
+    learning-rate audit, DIVE as the reference. Never a final-stage file."""
+    sel = dcfg.selection_settings(config)
+    methods = [n for cands in dcfg.selection_candidates(config, study).values() for n, _ in cands]
+    if study == "lr_audit":
+        methods.append("dive")
+    bb = config["backbone"]
+    return [dict(dataset=ds, backbone=bb, method=m, k=dcfg.method_k(config, bb, m, "primary"),
+                 stage="select", seed=sel["seed"]) for ds in sel["datasets"] for m in dict.fromkeys(methods)]
+
+
+def selection_results(wildcards):
+    return [EVAL_JSON.format(**run) for run in selection_runs(wildcards.study)]
+
+
+def dataset_groups(datasets):
+    return {ds: registry_entry(ds).get("group", ds) for ds in datasets}
 
 
 # ---- report (rules/report.smk) ----------------------------------------------------------
@@ -175,10 +202,16 @@ def experiment_files(pattern):
     return files
 
 
+def experiment_selection(wildcards):
+    exp = dcfg.experiment(config, wildcards.experiment)
+    return [SELECTION.format(study="lr_audit")] if exp.get("study") == "lr_audit" else []
+
+
 def experiment_title(wildcards):
     exp = dcfg.experiment(config, wildcards.experiment)
     role = "held-out test queries" if exp["stage"] == "final" else "validation queries"
-    return (f"{wildcards.experiment}: {role}, backbone {config['backbone']}, {exp['dim']} dimension"
+    backbones = ", ".join(exp.get("backbones") or [config["backbone"]])
+    return (f"{wildcards.experiment}: {role}, backbone {backbones}, {exp['dim']} dimension"
             + (f" - {exp['description']}" if exp.get("description") else ""))
 
 

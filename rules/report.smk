@@ -1,19 +1,25 @@
-# Stage 7 - report: one table (Markdown + TSV) and two bar charts per experiment.
+# Stage 8 - report: one table (Markdown + TSV), a per-run TSV and one figure per study.
 
 
 rule table:
     input:
         results=experiment_files(EVAL_JSON),
         per_query=experiment_files(PER_QUERY),
+        train_logs=experiment_files(TRAIN_LOG),
+        selection=experiment_selection,
     output:
         md=TABLE,
         tsv=shown("results/tables/{experiment}.tsv", "table", "summary table"),
         runs=shown("results/tables/{experiment}_runs.tsv", "runs", "per-run table"),
-        ndcg_png=shown("results/figures/{experiment}_ndcg10.png", "figure", "nDCG@10 chart"),
-        recall_png=shown("results/figures/{experiment}_recall10.png", "figure", "Recall@10 chart"),
+        png=shown("results/figures/{experiment}.png", "figure", "figure"),
     params:
+        study=lambda wc: dcfg.experiment(config, wc.experiment).get("study", "main"),
         methods=lambda wc: dcfg.experiment(config, wc.experiment)["methods"],
         datasets=lambda wc: dcfg.experiment(config, wc.experiment)["datasets"],
+        backbones=lambda wc: dcfg.experiment(config, wc.experiment).get("backbones") or [config["backbone"]],
+        groups=lambda wc: dataset_groups(dcfg.experiment(config, wc.experiment)["datasets"]),
+        note=lambda wc: dcfg.experiment(config, wc.experiment).get("heads_note") or "",
+        highlight=lambda wc: dcfg.experiment(config, wc.experiment).get("base", "dive"),
         title=experiment_title,
     log:
         "logs/table/{experiment}.log",

@@ -11,6 +11,7 @@ rule train:
         type=lambda wc: dcfg.method_type(config, wc.method),
         hparams=lambda wc: method_params(wc.method),
         negatives=lambda wc: dcfg.method_negatives(config, wc.method),
+        selected=lambda wc: config["methods"][wc.method].get("selected"),
         device=config["device"],
     threads: config["threads"]["train"]
     resources:

@@ -10,7 +10,8 @@ rule triplets:
     params:
         seed=config["split"]["seed"],
         num_negatives=config["triplets"]["num_negatives"],
-        hard_pool=lambda wc: config["triplets"]["hard_pool"] if wc.negatives == "hard" else None,
+        hard_pool=lambda wc: config["triplets"]["hard_pool"] if wc.negatives.startswith("hard") else None,
+        max_per_query=lambda wc: dcfg.triplet_cap(config, wc.dataset),
     threads: 1
     log:
         "logs/triplets/{dataset}/{backbone}/{stage}-{negatives}.log",

@@ -22,6 +22,8 @@ if not TINY.is_dir():
     pytest.skip(f"shared BEIR data not found at {TINY} (set BEIR_DATA_DIR)", allow_module_level=True)
 
 METHODS = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
+STUDIES = ("main", "lr_audit", "tuned", "heads", "ablation", "dynamics", "secondary", "unsupervised",
+           "doc_disjoint")
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -67,10 +69,12 @@ def test_every_stage_artifact_exists(workdir):
         "results/scifact-tiny/minilm/embeddings.h5",
         "results/scifact-tiny/minilm/triplets/final-random.tsv",
         "results/scifact-tiny/minilm/triplets/final-random.json",
-        "results/tables/main.md",
-        "results/tables/main.tsv",
-        "results/figures/main_ndcg10.png",
+        "results/selection/lr_audit.json",
+        "results/selection/dive_config.json",
     ]
+    for study in STUDIES:
+        expected += [f"results/tables/{study}.md", f"results/tables/{study}.tsv",
+                     f"results/tables/{study}_runs.tsv", f"results/figures/{study}.png"]
     for m in METHODS:
         k = 384 if m == "frozen" else 64
         expected += [f"{run.format(m=m, k=k)}/{f}" for f in ("model.pt", "train_log.tsv", "eval.json", "per_query.tsv")]
@@ -121,8 +125,9 @@ def test_deleting_an_artifact_reruns_only_its_dependents(workdir):
     before = json.loads((run / "eval.json").read_text())
     per_query = (run / "per_query.tsv").read_bytes()
     (run / "model.pt").unlink()
+    # its result feeds main, tuned, dynamics and unsupervised; nothing else reruns
     assert planned_jobs(workdir, "all") == {"train": 1, "evaluate": 1, "headline_result": 1,
-                                            "table": 1, "all": 1}
+                                            "table": 4, "all": 1}
     snakemake(workdir, "all")
     assert planned_jobs(workdir, "all") == {}
     # same inputs and seed in a new process: the same weights and the same per-query numbers
@@ -135,9 +140,10 @@ def test_html_report_holds_tables_and_figures(workdir):
     """`snakemake --report` embeds every experiment's tables and charts with their captions."""
     snakemake(workdir, "all", "--report", "report.html")
     html = (workdir / "report.html").read_text(encoding="utf-8")
-    for name in ("results/tables/main.tsv", "results/tables/main_runs.tsv",
-                 "results/figures/main_ndcg10.png", "results/figures/main_recall10.png"):
-        assert name in html, name
+    for study in STUDIES:
+        for name in (f"results/tables/{study}.tsv", f"results/tables/{study}_runs.tsv",
+                     f"results/figures/{study}.png"):
+            assert name in html, name
     assert "held-out test queries" in html  # a rendered caption (the experiment title)
     assert "DIVE pipeline: supervised compression" in html  # the workflow description
 

@@ -1,18 +1,18 @@
-"""Rule table: an experiment's result JSONs -> table (Markdown, TSV), per-run TSV, bar charts."""
+"""Rule table: a study's result JSONs -> table (Markdown, TSV), per-run TSV and one figure."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
-from dive_core import report, runlog
+from dive_core import report, runlog, studies
 
 log = runlog.setup(snakemake.log[0])
-p, out = snakemake.params, snakemake.output
-results = [report.read_json(path) for path in snakemake.input.results]
-rows = report.collect(results)
-summary = report.summarize(rows)
-report.write_tsv(out.runs, rows)
-report.write_tsv(out.tsv, summary)
+p, inp, out = snakemake.params, snakemake.input, snakemake.output
+results = [report.read_json(path) for path in inp.results]
+ctx = studies.StudyContext(name=snakemake.wildcards.experiment, title=p.title, methods=list(p.methods),
+                           datasets=list(p.datasets), backbones=list(p.backbones), groups=dict(p.groups),
+                           note=p.note, highlight=p.highlight,
+                           selection=report.read_json(inp.selection[0]) if inp.selection else None)
+study = studies.STUDIES[p.study](results, ctx)
+report.write_tsv(out.runs, report.collect(results))
+report.write_tsv(out.tsv, study.rows)
 with report.atomic_open(out.md, "w", encoding="utf-8") as fh:
-    fh.write(report.markdown_table(summary, p.title, p.methods, p.datasets))
-    fh.write(report.seen_unseen_markdown(summary, p.methods, p.datasets))
-    fh.write(report.significance_markdown(report.significance_rows(results)))
-for metric, path in (("ndcg@10", out.ndcg_png), ("recall@10", out.recall_png)):
-    report.bar_chart(path, summary, p.methods, p.datasets, metric, f"{metric}: {p.title}")
-log.info("table over %d runs written to %s", len(rows), out.md)
+    fh.write(study.markdown)
+study.figure(out.png)
+log.info("%s (%s) over %d runs written to %s", snakemake.wildcards.experiment, p.study, len(results), out.md)

@@ -2,6 +2,7 @@
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 import time
 
+from dive_core import config as dcfg
 from dive_core import provenance, runlog, splits
 from dive_core.atomic import read_json
 from dive_core.backbones import pick_device
@@ -15,6 +16,11 @@ w, p, inp = snakemake.wildcards, snakemake.params, snakemake.input
 hp = p.hparams
 if hp.get("__unresolved__"):
     hp = resolve_hparams(w.method, hp["entry"], hp["training"])
+selected = None
+if "selection" in inp.keys():  # hyperparameters picked on validation queries (rule select)
+    hp, over = dcfg.apply_selection(hp, read_json(inp.selection), p.selected)
+    selected = {"from": p.selected, "overrides": over, "selection_sha256": sha256_file(inp.selection)}
+    log.info("hyperparameters from %s: %s", inp.selection, over)
 device = pick_device(p.device)
 emb = read_embeddings(inp.embeddings)
 manifest = read_json(inp.splits)
@@ -30,7 +36,7 @@ meta = {
     "dataset": w.dataset, "backbone": w.backbone, "method": w.method, "method_type": p.type,
     "stage": w.stage, "k": int(w.k), "seed": int(w.seed), "device": device,
     "negatives": p.negatives if "triplets" in inp.keys() else None,
-    "n_triplets": data.n_triplets, "n_train_queries": len(train_qids),
+    "n_triplets": data.n_triplets, "n_train_queries": len(train_qids), "selected": selected,
     "train_seconds": train_seconds,
     "final_epoch": train_log.rows[-1] if train_log.rows else None,
     "fingerprints": {

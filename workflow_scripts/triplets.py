@@ -14,7 +14,7 @@ train_qids = splits.train_queries(manifest, w.stage)
 qrels = splits.role_qrels(manifest, splits.STAGES[w.stage]["train_roles"])
 hard = None
 meta_extra = {}
-if w.negatives == "hard":
+if w.negatives.startswith("hard"):
     from dive_core.embeddings import read_embeddings
     from dive_core.retrieval import search
 
@@ -22,12 +22,18 @@ if w.negatives == "hard":
     run = search(emb.docs, emb.doc_ids, emb.query_rows(train_qids), train_qids, top_k=int(p.hard_pool))
     hard = {q: sorted(r, key=r.get, reverse=True) for q, r in run.items()}
     meta_extra = {"embeddings_content_sha256": emb.attrs.get("content_sha256"), "hard_pool": p.hard_pool}
+mode, _, variant = w.negatives.partition("-")
+excluded = set()
+if variant == "docdisjoint":  # every document relevant to a query this stage evaluates
+    eval_qrels = splits.role_qrels(manifest, [splits.STAGES[w.stage]["eval_role"]])
+    excluded = {d for rel in eval_qrels.values() for d, s in rel.items() if s > 0}
+    meta_extra["doc_disjoint"] = {"excluded_docs": len(excluded), "eval_role": splits.STAGES[w.stage]["eval_role"]}
 t = triplets.build_triplets(qrels, train_qids, ds.doc_ids, int(p.seed), int(p.num_negatives),
-                            w.negatives, hard)
+                            mode, hard, max_per_query=p.max_per_query, excluded_docs=excluded)
 triplets.write_triplets(snakemake.output.tsv, t)
 meta = {
     "dataset": w.dataset, "backbone": w.backbone, "stage": w.stage, "negatives": w.negatives,
-    "seed": int(p.seed), "num_negatives": int(p.num_negatives),
+    "seed": int(p.seed), "num_negatives": int(p.num_negatives), "max_per_query": p.max_per_query,
     "train_roles": list(splits.STAGES[w.stage]["train_roles"]),
     "splits_sha256": sha256_file(snakemake.input.splits),
     "source_fingerprint": manifest["source_fingerprint"],

@@ -27,7 +27,7 @@ from ..training import FitData, TrainLog, run_epochs, set_seed
 CHECKPOINT_FORMAT = "dive-pipeline-checkpoint/1"
 METHODS: dict[str, type["Method"]] = {}
 # Keys a method entry in the config may carry besides its hyperparameters.
-ENTRY_KEYS = {"type", "negatives", "description"}
+ENTRY_KEYS = {"type", "negatives", "description", "selected", "doc_disjoint"}
 
 
 def register(cls: type["Method"]) -> type["Method"]:

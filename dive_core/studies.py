@@ -1,0 +1,574 @@
+"""The study layer (SPEC section 6): one small function per study turns result JSONs into a
+Markdown table, summary rows (TSV) and one figure (PNG).
+
+Every study function has the same shape::
+
+    study(results: list[dict], ctx: StudyContext) -> StudyOutput
+
+``results`` are loaded result JSONs (``workflow_scripts/evaluate.py``); ``ctx`` says which
+methods, datasets and backbones the study covers and carries what a study needs beyond the
+results (the selection JSON of the learning-rate audit, the dataset groups, notes). The
+selection itself (:func:`select`) is not a table: it turns validation results into the JSON that
+final-stage jobs read their picked hyperparameters from.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from . import report
+from .atomic import atomic_path
+
+RHO_THRESHOLD = 0.10  # "rho(t) falling below 10%"
+DIVE_TERMS = ("triplet", "view", "geo")  # DIVE's weighted loss terms in its train log
+
+
+@dataclass
+class StudyContext:
+    name: str
+    title: str
+    methods: list[str]
+    datasets: list[str]
+    backbones: list[str] = field(default_factory=list)
+    groups: dict[str, str] = field(default_factory=dict)  # dataset -> group (CQADupStack communities)
+    note: str = ""
+    selection: dict | None = None  # lr_audit: the selection JSON
+    highlight: str | None = None  # heads: the configured head count's method
+
+
+@dataclass
+class StudyOutput:
+    markdown: str
+    rows: list[dict]
+    figure: Callable[[str | Path], None]
+
+
+# --------------------------------------------------------------------------- shared pieces
+def dataset_mean(values: Mapping[str, float], groups: Mapping[str, str]) -> float:
+    """Unweighted mean over datasets, the members of a group (CQADupStack's 12 communities)
+    averaged first so the group counts once. NaN if a value is missing or NaN."""
+    by_group: dict[str, list[float]] = {}
+    for ds, v in values.items():
+        by_group.setdefault(groups.get(ds, ds), []).append(v)
+    means = [sum(v) / len(v) for v in by_group.values()]
+    if not means or any(math.isnan(m) for m in means):
+        return float("nan")
+    return sum(means) / len(means)
+
+
+def _cell(v: float, std: float = float("nan"), digits: int = 4) -> str:
+    return report.fmt(v, std, digits)
+
+
+def _summary(results: Sequence[Mapping]) -> dict[tuple[str, str, str], dict]:
+    rows = report.collect(results)
+    summ = report.summarize(rows, keys=("backbone", "dataset", "method"))
+    return {(s["backbone"], s["dataset"], s["method"]): s for s in summ}
+
+
+def _backbones(results: Sequence[Mapping], ctx: StudyContext) -> list[str]:
+    return ctx.backbones or list(dict.fromkeys(r["backbone"] for r in results))
+
+
+def _deviations(results: Sequence[Mapping]) -> list[str]:
+    """Stated deviations from the paper's protocol found in the results (triplet caps)."""
+    caps = {}
+    for r in results:
+        cap = (r.get("config") or {}).get("triplets", {}).get("max_per_query")
+        if isinstance(cap, Mapping):
+            cap = cap.get(r["dataset"])
+        if cap is not None and r.get("config", {}).get("n_triplets") is not None:
+            caps[r["dataset"]] = cap
+    return [f"**Deviation from the paper's protocol:** training triplets capped at {cap} per query on "
+            f"{ds} (a seeded sample shared by every method; the paper trains on all of them)."
+            for ds, cap in sorted(caps.items())]
+
+
+def _column_label(ds: str, bb: str, many_backbones: bool) -> str:
+    return f"{ds} ({bb})" if many_backbones else ds
+
+
+def _is_reference(s: Mapping) -> bool:
+    return s.get("method_type") == "frozen"
+
+
+def metric_table(summary: Mapping, ctx: StudyContext, backbones: Sequence[str],
+                 metrics: Sequence[tuple[str, str]] = report.SHOWN, train_seconds: bool = True) -> list[str]:
+    """Methods as rows; per dataset the metrics as mean ± std over seeds, then the unweighted
+    mean over datasets (groups first) when there is more than one; best compressed method in
+    bold. One section per backbone."""
+    lines = []
+    multi = len(ctx.datasets) > 1
+    for bb in backbones:
+        if len(backbones) > 1:
+            lines += [f"### backbone {bb}", ""]
+        head = ["method", "k"]
+        for ds in ctx.datasets:
+            head += [f"{ds} {label}" for _, label in metrics] + ([f"{ds} train s"] if train_seconds else [])
+        if multi:
+            head += [f"mean {label}" for _, label in metrics]
+        means = {}
+        for me in ctx.methods:
+            for m, _ in metrics:
+                vals = {ds: summary[(bb, ds, me)][m] for ds in ctx.datasets if (bb, ds, me) in summary}
+                means[(me, m)] = dataset_mean(vals, ctx.groups) if len(vals) == len(ctx.datasets) else float("nan")
+        best = {}
+        for col in [(ds, m) for ds in ctx.datasets for m, _ in metrics] + [("mean", m) for m, _ in metrics]:
+            cands = []
+            for me in ctx.methods:
+                s = next((summary[(bb, ds, me)] for ds in ctx.datasets if (bb, ds, me) in summary), None)
+                if s is None or _is_reference(s):
+                    continue
+                v = means[(me, col[1])] if col[0] == "mean" else summary.get((bb, col[0], me), {}).get(col[1], float("nan"))
+                if not math.isnan(v):
+                    cands.append((v, me))
+            best[col] = max(cands)[1] if cands else None
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for me in ctx.methods:
+            ks = sorted({summary[(bb, ds, me)]["k"] for ds in ctx.datasets if (bb, ds, me) in summary})
+            cells = [me, ",".join(map(str, ks)) or "–"]
+            for ds in ctx.datasets:
+                s = summary.get((bb, ds, me))
+                for m, _ in metrics:
+                    txt = "–" if s is None else _cell(s[m], s[f"{m}_std"])
+                    cells.append(f"**{txt}**" if best.get((ds, m)) == me and s is not None else txt)
+                if train_seconds:
+                    cells.append("–" if s is None or math.isnan(s["train_seconds"]) else f"{s['train_seconds']:.0f}")
+            if multi:
+                for m, _ in metrics:
+                    txt = _cell(means[(me, m)])
+                    cells.append(f"**{txt}**" if best.get(("mean", m)) == me else txt)
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    n_seeds = sorted({s["n_seeds"] for s in summary.values()})
+    lines.append(f"Mean ± sample standard deviation over seeds ({'/'.join(map(str, n_seeds))} per cell); bold: "
+                 "best compressed method; frozen is the uncompressed reference at full dimension."
+                 + (" `mean`: unweighted mean over datasets (a dataset group such as CQADupStack "
+                    "averaged first)." if multi else ""))
+    return lines
+
+
+def subset_table(summary: Mapping, ctx: StudyContext, backbones: Sequence[str]) -> list[str]:
+    """nDCG@10 on the `seen` / `unseen` subsets, each with its query count; an empty subset has
+    no score."""
+    lines = ["", "### Document overlap: nDCG@10 on seen / unseen evaluated queries", "",
+             "`seen`: the query has a relevant document that is a positive of some training query of "
+             "the stage; `unseen`: it has none (where geometry preservation is really tested); n = "
+             "query count. `unseen train-pos@10`: share of the unseen queries' top-10 results that "
+             "are training positives (none is relevant to an unseen query).", ""]
+    for bb in backbones:
+        head = ["method"] + [f"{_column_label(ds, bb, len(backbones) > 1)} {sub}" for ds in ctx.datasets
+                             for sub in ("seen", "unseen", "unseen train-pos@10")]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for me in ctx.methods:
+            cells = [me]
+            for ds in ctx.datasets:
+                s = summary.get((bb, ds, me))
+                for sub in ("seen", "unseen"):
+                    if s is None:
+                        cells.append("–")
+                        continue
+                    n = int(s.get(f"{sub}_n") or 0)
+                    cells.append(f"– (n=0)" if n == 0 else
+                                 f"{_cell(s[f'{sub}_ndcg@10'], s[f'{sub}_ndcg@10_std'])} (n={n})")
+                s_n = 0 if s is None else int(s.get("unseen_n") or 0)
+                cells.append("–" if s is None or s_n == 0 else
+                             _cell(s["unseen_train_pos@10"], s["unseen_train_pos@10_std"], 3))
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def grouped_bars(path: str | Path, summary: Mapping, ctx: StudyContext, backbones: Sequence[str],
+                 metrics: Sequence[tuple[str, str]] = report.SHOWN, title: str = "") -> None:
+    """One panel per metric: bars per method grouped by dataset (and backbone), ± std over seeds;
+    the uncompressed reference (frozen) hatched grey and labelled as such in the legend, so it
+    cannot be mistaken for a compressed method."""
+    plt = _pyplot()
+    groups = [(bb, ds) for bb in backbones for ds in ctx.datasets]
+    n_m = max(1, len(ctx.methods))
+    width_in = max(6.0, 0.55 * n_m * len(groups) + 2.5)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(width_in * len(metrics) * 0.75 + 2.2, 4.6), dpi=120,
+                             squeeze=False)
+    colors = plt.get_cmap("tab10").colors
+    width = 0.8 / n_m
+    compressed = [me for me in ctx.methods if not any(_is_reference(summary[(bb, ds, me)])
+                                                      for bb, ds in groups if (bb, ds, me) in summary)]
+    for ax, (metric, label) in zip(axes[0], metrics):
+        top = 0.1
+        for i, me in enumerate(ctx.methods):
+            ref = me not in compressed
+            for j, (bb, ds) in enumerate(groups):
+                s = summary.get((bb, ds, me))
+                if s is None or math.isnan(s[metric]):
+                    continue
+                x = j + (i - (n_m - 1) / 2) * width
+                e = 0.0 if math.isnan(s[f"{metric}_std"]) else s[f"{metric}_std"]
+                style = (dict(color="0.85", edgecolor="0.3", hatch="//", linewidth=0.8) if ref
+                         else dict(color=colors[compressed.index(me) % len(colors)]))
+                ax.bar(x, s[metric], width, yerr=e, capsize=2, label=(f"{me} (uncompressed, {s['k']}d)" if ref else me)
+                       if j == 0 else None, **style)
+                ax.text(x, s[metric] + e + 0.01, f"{s[metric]:.3f}", ha="center", va="bottom", fontsize=6.5,
+                        rotation=90)
+                top = max(top, s[metric] + e)
+        ax.set_xticks(range(len(groups)), [_column_label(ds, bb, len(backbones) > 1) for bb, ds in groups])
+        ax.set_ylabel(label)
+        ax.set_ylim(0, top + 0.17)  # room for the rotated value labels above the tallest bar
+        ax.set_yticks([t / 10 for t in range(0, 11, 2) if t / 10 <= top + 0.17])
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_title(label, fontsize=10)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(0.995, 0.5), frameon=False)
+    _suptitle(fig, title or ctx.title)
+    _save(fig, path)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _suptitle(fig, title: str) -> None:
+    chars = max(40, int(11 * fig.get_size_inches()[0]))
+    text = "\n".join(textwrap.wrap(title, chars))
+    fig.suptitle(text, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.045 * (text.count("\n") + 1)))
+
+
+def _save(fig, path) -> None:
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def _summary_rows(summary: Mapping) -> list[dict]:
+    return list(summary.values())
+
+
+# --------------------------------------------------------------------------- the studies
+def main_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """Main table (also: secondary dimension, unsupervised, document-disjoint, validation
+    tables): per dataset and the mean over datasets, subsets with their n, paired significance."""
+    summary = _summary(results)
+    bbs = _backbones(results, ctx)
+    lines = [f"## {ctx.title}", ""] + ([ctx.note, ""] if ctx.note else []) + _deviations(results)
+    lines += [""] if _deviations(results) else []
+    lines += metric_table(summary, ctx, bbs) + subset_table(summary, ctx, bbs)
+    md = "\n".join(lines) + "\n" + report.significance_markdown(report.significance_rows(results))
+    return StudyOutput(md, _summary_rows(summary), lambda p: grouped_bars(p, summary, ctx, bbs))
+
+
+def tuned_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """Held-out results with the audited learning rates: the main table, and DIVE against the
+    strongest tuned baseline of the same dataset and seed (the paper's nine comparisons)."""
+    out = main_study(results, ctx)
+    by = {}
+    for r in results:
+        by.setdefault((r["backbone"], r["dataset"], r["seed"]), []).append(r)
+    lines = ["", "### DIVE against the strongest tuned baseline, per dataset and seed", "",
+             "| backbone | dataset | seed | DIVE nDCG@10 | strongest tuned baseline | its nDCG@10 | Δ |",
+             "|---|---|---|---|---|---|---|"]
+    wins = total = 0
+    rows = []
+    for (bb, ds, seed), rs in sorted(by.items()):
+        dive = [r for r in rs if r["method_type"] == "dive"]
+        base = [r for r in rs if r["method_type"] not in ("dive", "frozen")]
+        if not dive or not base:
+            continue
+        d = max(dive, key=lambda r: r["metrics"]["ndcg@10"])
+        b = max(base, key=lambda r: r["metrics"]["ndcg@10"])
+        diff = d["metrics"]["ndcg@10"] - b["metrics"]["ndcg@10"]
+        wins += diff > 0
+        total += 1
+        rows.append({"backbone": bb, "dataset": ds, "seed": seed, "dive": d["metrics"]["ndcg@10"],
+                     "baseline": b["method"], "baseline_ndcg@10": b["metrics"]["ndcg@10"], "diff": diff})
+        lines.append(f"| {bb} | {ds} | {seed} | {d['metrics']['ndcg@10']:.4f} | {b['method']} | "
+                     f"{b['metrics']['ndcg@10']:.4f} | {diff:+.4f} |")
+    lines += ["", f"DIVE exceeds the strongest tuned baseline in **{wins} of {total}** dataset-seed comparisons."]
+    return StudyOutput(out.markdown + "\n".join(lines) + "\n", out.rows + rows, out.figure)
+
+
+def ablation_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """Mean validation nDCG@10 over datasets and per dataset for each DIVE variant, with the
+    difference to the last method (full DIVE)."""
+    summary = _summary(results)
+    bbs = _backbones(results, ctx)
+    full = ctx.methods[-1]
+    lines = [f"## {ctx.title}", ""] + ([ctx.note, ""] if ctx.note else []) + _deviations(results)
+    rows = []
+    for bb in bbs:
+        head = ["variant"] + [f"{ds} nDCG@10" for ds in ctx.datasets] + ["mean nDCG@10", f"Δ mean vs {full}"]
+        lines += ([f"### backbone {bb}", ""] if len(bbs) > 1 else []) + ["| " + " | ".join(head) + " |",
+                                                                          "|" + "---|" * len(head)]
+        vals = {me: {ds: summary[(bb, ds, me)]["ndcg@10"] for ds in ctx.datasets if (bb, ds, me) in summary}
+                for me in ctx.methods}
+        means = {me: dataset_mean(v, ctx.groups) if len(v) == len(ctx.datasets) else float("nan")
+                 for me, v in vals.items()}
+        for me in ctx.methods:
+            cells = [me] + [_cell(vals[me].get(ds, float("nan"))) for ds in ctx.datasets]
+            cells += [_cell(means[me]), "–" if me == full or math.isnan(means[me] - means[full])
+                      else f"{means[me] - means[full]:+.4f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+            rows.append({"backbone": bb, "method": me, **{f"{ds}_ndcg@10": vals[me].get(ds) for ds in ctx.datasets},
+                         "mean_ndcg@10": means[me]})
+        lines.append("")
+    lines.append("Seed " + ",".join(sorted({str(r["seed"]) for r in results})) + "; `mean`: unweighted mean "
+                 "over datasets (a dataset group averaged first).")
+    ctx_n = StudyContext(**{**ctx.__dict__})
+    return StudyOutput("\n".join(lines) + "\n", rows,
+                       lambda p: grouped_bars(p, summary, ctx_n, bbs, metrics=(("ndcg@10", "nDCG@10"),)))
+
+
+def heads_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """Validation nDCG@10 against the number of heads H, per dataset; the configured H marked."""
+    summary = _summary(results)
+    bbs = _backbones(results, ctx)
+    heads = {me: next(int(r["config"]["hparams"]["heads"]) for r in results if r["method"] == me)
+             for me in ctx.methods if any(r["method"] == me for r in results)}
+    lines = [f"## {ctx.title}", ""] + ([f"Note: {ctx.note}.", ""] if ctx.note else [])
+    rows = []
+    for bb in bbs:
+        head = ["H", "method"] + [f"{ds} nDCG@10" for ds in ctx.datasets] + ["mean nDCG@10"]
+        lines += ([f"### backbone {bb}", ""] if len(bbs) > 1 else []) + ["| " + " | ".join(head) + " |",
+                                                                          "|" + "---|" * len(head)]
+        for me in ctx.methods:
+            vals = {ds: summary[(bb, ds, me)]["ndcg@10"] for ds in ctx.datasets if (bb, ds, me) in summary}
+            mean = dataset_mean(vals, ctx.groups) if len(vals) == len(ctx.datasets) else float("nan")
+            mark = " (configured)" if me == ctx.highlight else ""
+            lines.append("| " + " | ".join([f"{heads.get(me, '?')}{mark}", me]
+                                            + [_cell(vals.get(ds, float("nan"))) for ds in ctx.datasets]
+                                            + [_cell(mean)]) + " |")
+            rows.append({"backbone": bb, "heads": heads.get(me), "method": me, "mean_ndcg@10": mean,
+                         **{f"{ds}_ndcg@10": vals.get(ds) for ds in ctx.datasets}})
+        lines.append("")
+    lines.append("Validation queries, seed " + ",".join(sorted({str(r["seed"]) for r in results}))
+                 + "; every other setting fixed. Not used to change the configured H.")
+
+    def figure(path):
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=120)
+        for bb in bbs:
+            for ds in ctx.datasets:
+                pts = sorted((heads[me], summary[(bb, ds, me)]["ndcg@10"], me) for me in ctx.methods
+                             if (bb, ds, me) in summary)
+                if not pts:
+                    continue
+                line, = ax.plot([h for h, _, _ in pts], [v for _, v, _ in pts], marker="o",
+                                label=_column_label(ds, bb, len(bbs) > 1))
+                for h, v, me in pts:
+                    ax.annotate(f"{v:.3f}", (h, v), textcoords="offset points", xytext=(0, 11), ha="center",
+                                fontsize=7)
+                    if me == ctx.highlight:
+                        ax.plot([h], [v], marker="o", markersize=14, markerfacecolor="none",
+                                markeredgecolor=line.get_color(), linewidth=0)
+        ax.set_xticks(sorted(set(heads.values())))
+        ax.set_xlabel("heads H (ring: configured)")
+        ax.set_ylabel("validation nDCG@10")
+        ax.margins(y=0.25)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+        _suptitle(fig, ctx.title)
+        _save(fig, path)
+
+    return StudyOutput("\n".join(lines) + "\n", rows, figure)
+
+
+def read_train_log(path: str | Path) -> list[dict]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    out = []
+    for r in rows:
+        row = {}
+        for k, v in r.items():
+            try:
+                row[k] = float(v)
+            except (TypeError, ValueError):
+                row[k] = v
+        out.append(row)
+    return out
+
+
+def first_below(values: Sequence[float], threshold: float = RHO_THRESHOLD) -> int | None:
+    """1-based index of the first value below ``threshold``, or None (never)."""
+    return next((i + 1 for i, v in enumerate(values) if v < threshold), None)
+
+
+def dynamics_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """Training dynamics from DIVE's final-stage train logs: rho(t) (share of the epoch's
+    triplets whose hinge is active) and the weighted loss terms per epoch, per dataset."""
+    runs: dict[tuple[str, str], list[tuple[int, list[dict]]]] = {}
+    for r in results:
+        if r["method_type"] != "dive":
+            continue
+        runs.setdefault((r["backbone"], r["dataset"]), []).append((r["seed"], read_train_log(r["artifacts"]["train_log"])))
+    lines = [f"## {ctx.title}", "",
+             f"| backbone | dataset | seeds | first epoch with rho < {RHO_THRESHOLD:.0%} (per seed) | "
+             "rho at the last epoch (mean) | epochs |", "|---|---|---|---|---|---|"]
+    rows = []
+    for (bb, ds), seeds in sorted(runs.items()):
+        seeds.sort()
+        firsts = [first_below([e["rho"] for e in log]) for _, log in seeds]
+        last = [log[-1]["rho"] for _, log in seeds]
+        shown = ", ".join("never" if f is None else str(f) for f in firsts)
+        lines.append(f"| {bb} | {ds} | {','.join(str(s) for s, _ in seeds)} | {shown} | "
+                     f"{sum(last) / len(last):.4f} | {len(seeds[0][1])} |")
+        rows.append({"backbone": bb, "dataset": ds, "seeds": [s for s, _ in seeds],
+                     "first_epoch_rho_below_10pct": ["never" if f is None else f for f in firsts],
+                     "rho_last_epoch": sum(last) / len(last)})
+    lines += ["", "rho(t) = share of the epoch's triplets with q·p - q·n < m on the first head "
+              "(SPEC section 3); the hinge stops pushing a triplet once it is satisfied."]
+
+    def figure(path):
+        plt = _pyplot()
+        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), dpi=120)
+        colors = plt.get_cmap("tab10").colors
+        styles = dict(zip(DIVE_TERMS, ("-", "--", ":")))
+        for i, ((bb, ds), seeds) in enumerate(sorted(runs.items())):
+            c = colors[i % len(colors)]
+            label = _column_label(ds, bb, len({b for b, _ in runs}) > 1)
+            n = min(len(log) for _, log in seeds)
+            ep = list(range(1, n + 1))
+            for _, log in seeds:
+                left.plot(ep, [e["rho"] for e in log[:n]], color=c, alpha=0.25, linewidth=0.8)
+            left.plot(ep, [sum(log[t]["rho"] for _, log in seeds) / len(seeds) for t in range(n)], color=c,
+                      linewidth=2, label=f"{label} (mean of {len(seeds)} seeds)")
+            for term in DIVE_TERMS:
+                if term in seeds[0][1][0]:
+                    right.plot(ep, [sum(log[t][term] for _, log in seeds) / len(seeds) for t in range(n)],
+                               color=c, linestyle=styles[term], label=f"{label}: {term}")
+        from matplotlib.ticker import MaxNLocator
+
+        for ax in (left, right):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        left.axhline(RHO_THRESHOLD, color="0.4", linestyle="dashed", linewidth=1, label="10%")
+        left.set_xlabel("epoch")
+        left.set_ylabel("rho(t): share of active hinge triplets")
+        left.set_ylim(0, 1)
+        left.grid(alpha=0.3)
+        left.legend(fontsize=8)
+        left.set_title("rho(t)", fontsize=10)
+        right.set_xlabel("epoch")
+        right.set_ylabel("weighted loss term (mean over seeds)")
+        right.set_yscale("log")
+        right.grid(alpha=0.3)
+        right.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+        right.set_title("DIVE's weighted loss terms", fontsize=10)
+        _suptitle(fig, ctx.title)
+        _save(fig, path)
+
+    return StudyOutput("\n".join(lines) + "\n", rows, figure)
+
+
+def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """The learning-rate audit from its selection JSON: each candidate's validation nDCG@10 per
+    dataset and mean, the pick marked, DIVE's validation score as the reference."""
+    sel = ctx.selection or {}
+    ref = sel.get("reference") or {}
+    datasets = sel.get("datasets", ctx.datasets)
+    lines = [f"## {ctx.title}", "",
+             "| method | candidate | " + " | ".join(f"{ds} nDCG@10" for ds in datasets) + " | mean nDCG@10 | pick |",
+             "|---|---|" + "---|" * len(datasets) + "---|---|"]
+    rows = []
+    for base, entry in sel.get("methods", {}).items():
+        for c in entry["candidates"]:
+            picked = c["method"] == entry["pick"]["method"]
+            over = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c["overrides"].items())
+            lines.append(f"| {base} | {over} | " + " | ".join(_cell(c["per_dataset"].get(ds, float('nan')))
+                                                           for ds in datasets)
+                         + f" | {_cell(c['mean'])} | {'**picked**' if picked else ''} |")
+            rows.append({"method": base, "candidate": c["method"], **c["overrides"], "mean_ndcg@10": c["mean"],
+                         "picked": picked, **{f"{ds}_ndcg@10": v for ds, v in c["per_dataset"].items()}})
+    if ref:
+        lines.append(f"| {ref['method']} (reference) | fixed | " + " | ".join(
+            _cell(ref["per_dataset"].get(ds, float("nan"))) for ds in datasets) + f" | {_cell(ref['mean'])} | |")
+    lines += ["", f"Validation queries (select stage), seed {sel.get('seed')}; selection by the unweighted mean "
+              f"validation nDCG@10 over {', '.join(datasets)}. No test query is read. The picks are in "
+              "`results/selection/lr_audit.json`."]
+
+    def figure(path):
+        plt = _pyplot()
+        bases = list(sel.get("methods", {}))
+        fig, ax = plt.subplots(figsize=(max(6.5, 2.3 * len(bases) + 2.5), 4.4), dpi=120)
+        width = 0.25
+        for i, base in enumerate(bases):
+            entry = sel["methods"][base]
+            n = len(entry["candidates"])
+            for j, c in enumerate(entry["candidates"]):
+                x = i + (j - (n - 1) / 2) * width
+                picked = c["method"] == entry["pick"]["method"]
+                ax.bar(x, c["mean"], width * 0.92, color="goldenrod" if picked else "0.7",
+                       edgecolor="black" if picked else "0.5", linewidth=1.2 if picked else 0.5,
+                       label=("picked" if picked else "candidate") if i == 0 and j in (0, 1) else None)
+                lr = c["overrides"].get("lr")
+                ax.text(x, c["mean"] - 0.01, f"{c['mean']:.3f}", ha="center", va="top", fontsize=7, rotation=90)
+                ax.text(x, 0.01, f"{lr:.0e}" if isinstance(lr, float) else str(c["overrides"]), ha="center",
+                        va="bottom", fontsize=6.5, rotation=90, color="black")
+        if ref:
+            ax.axhline(ref["mean"], color="purple", linestyle="dashed", linewidth=1.5,
+                       label=f"{ref['method']} (validation) {ref['mean']:.3f}")
+        ax.set_xticks(range(len(bases)), bases)
+        ax.set_ylabel("mean validation nDCG@10")
+        top = max([c["mean"] for b in bases for c in sel["methods"][b]["candidates"]] + [ref.get("mean", 0)])
+        ax.set_ylim(0, min(1.05, top + 0.15))
+        ax.grid(axis="y", alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        uniq = dict(zip(labels, handles))
+        ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5),
+                  frameon=False)
+        _suptitle(fig, ctx.title)
+        _save(fig, path)
+
+    return StudyOutput("\n".join(lines) + "\n", rows, figure)
+
+
+STUDIES: dict[str, Callable[[Sequence[Mapping], StudyContext], StudyOutput]] = {
+    "main": main_study,
+    "tuned": tuned_study,
+    "ablation": ablation_study,
+    "heads": heads_study,
+    "dynamics": dynamics_study,
+    "lr_audit": lr_audit_study,
+}
+
+
+# --------------------------------------------------------------------------- selection
+def select(study: str, candidates: Mapping[str, Sequence[tuple[str, Mapping]]], results: Sequence[Mapping],
+           datasets: Sequence[str], seed: int, groups: Mapping[str, str] | None = None,
+           reference: str | None = None, metric: str = "ndcg@10") -> dict:
+    """Pick, per base method, the candidate with the highest unweighted mean validation
+    ``metric`` over ``datasets`` (ties: the earlier candidate). Only select-stage results (no
+    test query) are accepted. ``reference``: a method reported beside the candidates (DIVE)."""
+    for r in results:
+        if r["stage"] != "select" or r["role"] != "validation":
+            raise ValueError(f"selection {study}: result of {r['dataset']}/{r['method']} is stage "
+                             f"{r['stage']!r} (role {r['role']!r}); only validation results may select")
+    score = {(r["method"], r["dataset"]): r["metrics"][metric] for r in results if r["seed"] == seed}
+
+    def summarize(method):
+        per = {}
+        for ds in datasets:
+            if (method, ds) not in score:
+                raise ValueError(f"selection {study}: no validation result for {method} on {ds} (seed {seed})")
+            per[ds] = score[(method, ds)]
+        return {"method": method, "per_dataset": per, "mean": dataset_mean(per, groups or {})}
+
+    out = {"study": study, "metric": metric, "datasets": list(datasets), "seed": seed, "methods": {}}
+    for base, cands in candidates.items():
+        rows = [{**summarize(name), "overrides": dict(over)} for name, over in cands]
+        best = max(range(len(rows)), key=lambda i: (rows[i]["mean"], -i))
+        out["methods"][base] = {"candidates": rows,
+                                "pick": {k: rows[best][k] for k in ("method", "overrides", "mean")}}
+    if reference:
+        out["reference"] = summarize(reference)
+    return out

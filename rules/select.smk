@@ -1,0 +1,23 @@
+# Stage 7 - selection: validation (select-stage) results -> the picked hyperparameters (JSON)
+# that final-stage jobs read. Its inputs are select-stage results only.
+
+
+rule select:
+    input:
+        results=selection_results,
+    output:
+        SELECTION,
+    params:
+        candidates=lambda wc: dcfg.selection_candidates(config, wc.study),
+        datasets=lambda wc: dcfg.selection_settings(config)["datasets"],
+        seed=lambda wc: dcfg.selection_settings(config)["seed"],
+        groups=lambda wc: dataset_groups(dcfg.selection_settings(config)["datasets"]),
+        reference=lambda wc: "dive" if wc.study == "lr_audit" else None,
+    wildcard_constraints:
+        study="|".join(dcfg.SELECTION_STUDIES),
+    log:
+        "logs/select/{study}.log",
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../workflow_scripts/select.py"
