@@ -1,13 +1,13 @@
-"""Aggregate result JSONs into tables (TSV + Markdown) and figures (PNG)."""
+"""Aggregate result JSONs: flat rows, mean / std over seeds, TSV, paired significance (the
+study tables and figures built from them are in :mod:`dive_core.studies`)."""
 
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from .atomic import atomic_open, atomic_path, read_json
+from .atomic import atomic_open, read_json  # noqa: F401  (read_json: used by the workflow scripts)
 
 SHOWN = (("ndcg@10", "nDCG@10"), ("recall@10", "R@10"))
 
@@ -89,78 +89,6 @@ def _cell(v) -> str:
     return str(v)
 
 
-def markdown_table(summary: Sequence[Mapping], title: str, methods: Sequence[str],
-                   datasets: Sequence[str]) -> str:
-    """Methods as rows; per dataset nDCG@10 and R@10 as mean ± std over seeds, best compressed
-    method in bold; train time (mean seconds) per dataset."""
-    by = {(s["dataset"], s["method"]): s for s in summary}
-    lines = [f"## {title}", ""]
-    head = ["method", "k"]
-    for ds in datasets:
-        head += [f"{ds} {label}" for _, label in SHOWN] + [f"{ds} train s"]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "---|" * len(head))
-    best = {}
-    for ds in datasets:
-        for m, _ in SHOWN:
-            cands = [(by[(ds, me)][m], me) for me in methods if (ds, me) in by
-                     and by[(ds, me)]["method_type"] != "frozen" and not math.isnan(by[(ds, me)][m])]
-            best[(ds, m)] = max(cands)[1] if cands else None
-    for me in methods:
-        ks = {by[(ds, me)]["k"] for ds in datasets if (ds, me) in by}
-        cells = [me, ",".join(map(str, sorted(ks))) or "–"]
-        for ds in datasets:
-            s = by.get((ds, me))
-            for m, _ in SHOWN:
-                if s is None:
-                    cells.append("–")
-                    continue
-                txt = fmt(s[m], s[f"{m}_std"])
-                cells.append(f"**{txt}**" if best.get((ds, m)) == me else txt)
-            cells.append("–" if s is None or math.isnan(s["train_seconds"]) else f"{s['train_seconds']:.0f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    n_seeds = sorted({s["n_seeds"] for s in summary})
-    lines += ["", f"Mean ± sample standard deviation over seeds ({'/'.join(map(str, n_seeds))} per cell); "
-              "bold: best compressed method (frozen is the uncompressed reference)."]
-    return "\n".join(lines) + "\n"
-
-
-def bar_chart(path: str | Path, summary: Sequence[Mapping], methods: Sequence[str],
-              datasets: Sequence[str], metric: str = "ndcg@10", title: str = "") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by = {(s["dataset"], s["method"]): s for s in summary}
-    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(methods) * len(datasets) + 3.5), 4.5), dpi=120)
-    width = 0.8 / max(1, len(methods))
-    for i, me in enumerate(methods):
-        xs, ys, es = [], [], []
-        for j, ds in enumerate(datasets):
-            s = by.get((ds, me))
-            if s is None:
-                continue
-            xs.append(j + (i - (len(methods) - 1) / 2) * width)
-            ys.append(s[metric])
-            es.append(0 if math.isnan(s[f"{metric}_std"]) else s[f"{metric}_std"])
-        ax.bar(xs, ys, width, yerr=es, capsize=3, label=me)
-        for x, y, e in zip(xs, ys, es):
-            ax.text(x, y + e + 0.01, f"{y:.3f}", ha="center", va="bottom", fontsize=7, rotation=90)
-    ax.set_xticks(range(len(datasets)), datasets)
-    ax.set_ylabel(metric)
-    ax.set_ylim(0, min(1.0, max([s[metric] for s in summary if not math.isnan(s[metric])] + [0.1]) + 0.15))
-    # wrap long titles to the figure's width (about 11 characters per inch at this size)
-    width_chars = max(40, int(11 * fig.get_size_inches()[0]))
-    ax.set_title("\n".join(textwrap.wrap(title or metric, width_chars)), fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
-
-
 # --------------------------------------------------------------------------- significance
 
 
@@ -231,27 +159,4 @@ def significance_markdown(rows: Sequence[Mapping]) -> str:
     for r in rows:
         lines.append(f"| {r['dataset']} | {r['metric']} | {r['method']} | {r['baseline']} | "
                      f"{r['mean_diff']:+.4f} | {r['p_value']:.4f} | {r['n_queries']} |")
-    return "\n".join(lines) + "\n"
-
-
-def seen_unseen_markdown(summary: Sequence[Mapping], methods: Sequence[str], datasets: Sequence[str]) -> str:
-    """nDCG@10 on the `seen` / `unseen` subsets (SPEC section 4: document overlap)."""
-    by = {(s["dataset"], s["method"]): s for s in summary}
-    head = ["method"] + [f"{ds} {sub}" for ds in datasets
-                         for sub in ("seen", "unseen", "unseen train-pos@10")]
-    lines = ["", "### Document overlap: nDCG@10 on seen / unseen evaluated queries", "",
-             "`seen`: the query has a relevant document that is a positive of some training query "
-             "of the stage; `unseen`: it has none (where geometry preservation is really tested). "
-             "`unseen train-pos@10`: share of the unseen queries' top-10 results that are training "
-             "positives (none of them is relevant to an unseen query): a method that learned a "
-             "document prior instead of geometry fills rankings with them.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for me in methods:
-        cells = [me]
-        for ds in datasets:
-            s = by.get((ds, me))
-            for sub in ("seen_ndcg@10", "unseen_ndcg@10", "unseen_train_pos@10"):
-                digits = 3 if sub == "unseen_train_pos@10" else 4
-                cells.append("–" if s is None else fmt(s[sub], s[f"{sub}_std"], digits))
-        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

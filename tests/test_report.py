@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from dive_core import report
+from dive_core import report, studies
 from dive_core.evaluation import write_per_query
 
 
@@ -36,15 +36,21 @@ def test_summary_and_markdown_mark_best_compressed_method():
     assert s["pca"]["ndcg@10"] == pytest.approx(0.6) and s["pca"]["n_seeds"] == 2
     assert s["dive"]["ndcg@10_std"] == pytest.approx(0.0)
     assert s["dive"]["seen_ndcg@10"] == pytest.approx(0.75)
-    md = report.markdown_table(summary, "T", ["frozen", "pca", "dive"], ["ds"])
-    assert "| dive | 8 | **0.6500 ± 0.0000** | 0.6800 ± 0.0000 |" in md  # best nDCG, not best recall
-    assert "| pca | 8 | 0.6000 ± 0.1414 | **0.7000 ± 0.1414** |" in md
+    keyed = {(x["backbone"], x["dataset"], x["method"]): x
+             for x in report.summarize(rows, keys=("backbone", "dataset", "method"))}
+    ctx = studies.StudyContext(name="t", title="T", methods=["frozen", "pca", "dive"], datasets=["ds"])
+    md = "\n".join(studies.metric_table(keyed, ctx, ["bb"]))
+    assert "| dive | 8 | **0.6500 ± 0.0000** | 0.6800 ± 0.0000 | 10 |" in md  # best nDCG, not best recall
+    assert "| pca | 8 | 0.6000 ± 0.1414 | **0.7000 ± 0.1414** | 10 |" in md
     assert "**0.9000" not in md  # frozen is the uncompressed reference, never "best"
     # unseen train-positive share: seeds 1 and 2 give 0.1 and 0.2 -> 0.150 ± 0.071
-    assert "| dive | 0.7500 ± 0.0000 | 0.4500 ± 0.0000 | 0.150 ± 0.071 |" in \
-        report.seen_unseen_markdown(summary, ["dive"], ["ds"])
-    old = report.summarize(report.collect([{**result("pca", 1, 0.5, 0.6), "diagnostics": None}]))
-    assert "| pca | 0.6000 | 0.3000 | – |" in report.seen_unseen_markdown(old, ["pca"], ["ds"])  # older results
+    assert "| dive | 0.7500 ± 0.0000 (n=2) | 0.4500 ± 0.0000 (n=1) | 0.150 ± 0.071 |" in \
+        "\n".join(studies.subset_table(keyed, ctx, ["bb"]))
+    old = report.summarize(report.collect([{**result("pca", 1, 0.5, 0.6), "diagnostics": None}]),
+                           keys=("backbone", "dataset", "method"))
+    old = {(x["backbone"], x["dataset"], x["method"]): x for x in old}
+    ctx_pca = studies.StudyContext(name="t", title="T", methods=["pca"], datasets=["ds"])
+    assert "| pca | 0.6000 (n=2) | 0.3000 (n=1) | – |" in "\n".join(studies.subset_table(old, ctx_pca, ["bb"]))
 
 
 def test_paired_randomization():
@@ -75,8 +81,11 @@ def test_significance_uses_per_query_scores(tmp_path):
     assert "| ds | ndcg@10 | dive | truncate |" in report.significance_markdown(rows)
 
 
-def test_bar_chart_writes_png(tmp_path):
-    summary = report.summarize(report.collect([result("pca", 1, 0.5, 0.6), result("dive", 1, 0.6, 0.7)]))
+def test_grouped_bars_write_png(tmp_path):
+    keyed = {(x["backbone"], x["dataset"], x["method"]): x for x in report.summarize(
+        report.collect([result("frozen", 1, 0.9, 0.95), result("pca", 1, 0.5, 0.6), result("dive", 1, 0.6, 0.7)]),
+        keys=("backbone", "dataset", "method"))}
     out = tmp_path / "fig.png"
-    report.bar_chart(out, summary, ["pca", "dive"], ["ds"], "ndcg@10", "title")
+    ctx = studies.StudyContext(name="t", title="title", methods=["frozen", "pca", "dive"], datasets=["ds"])
+    studies.grouped_bars(out, keyed, ctx, ["bb"])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -168,3 +168,30 @@ def test_read_malformed_line(tmp_path):
     p.write_text("q\tp\tn\t1\t0\n")
     with pytest.raises(ValueError, match=r"t\.tsv:1: expected header"):
         T.read_triplets(p)
+
+
+def test_cap_keeps_a_seeded_subset_of_each_querys_triplets():
+    full = T.build_triplets(QRELS, TRAIN, DOCS, seed=2027, num_negatives=5)
+    capped = T.build_triplets(QRELS, TRAIN, DOCS, seed=2027, num_negatives=5, max_per_query=4)
+    per_query = Counter(capped.query_ids)
+    # q1: 10 triplets -> 4, q2: 5 -> 4, qx: 5 -> 4, q4: 15 -> 4
+    assert per_query == {"q1": 4, "q2": 4, "qx": 4, "q4": 4}
+    assert set(rows(capped)) <= set(rows(full))
+    kept = [r for r in rows(full) if r in set(rows(capped))]
+    assert rows(capped) == kept  # file order kept
+    again = T.build_triplets(QRELS, list(reversed(TRAIN)), DOCS, seed=2027, num_negatives=5, max_per_query=4)
+    assert rows(again) == rows(capped)
+    # a cap above every query's count changes nothing; no cap is the paper's protocol
+    assert rows(T.build_triplets(QRELS, TRAIN, DOCS, 2027, 5, max_per_query=100)) == rows(full)
+    with pytest.raises(ValueError, match="max_per_query"):
+        T.build_triplets(QRELS, TRAIN, DOCS, 2027, 5, max_per_query=0)
+
+
+def test_doc_disjoint_triplets_never_contain_an_excluded_document():
+    excluded = {"d02", "d10"} | {f"d{i:02d}" for i in range(20, 40)}
+    t = T.build_triplets(QRELS, TRAIN, DOCS, seed=2027, num_negatives=5, excluded_docs=excluded)
+    assert not (set(t.pos_ids) | set(t.neg_ids)) & excluded
+    # the positive pairs (q1, d02) and (q4, d10) are dropped, the others kept
+    assert sorted(set(zip(t.query_ids, t.pos_ids))) == [("q1", "d01"), ("q2", "d05"), ("q4", "d11"),
+                                                         ("q4", "d12"), ("qx", "d07")]
+    assert len(t) == 5 * 5

@@ -86,6 +86,47 @@ def test_every_stage_artifact_exists(workdir):
     assert not [p for p in workdir.rglob("*.tmp")], "temporary files left behind"
 
 
+def test_every_study_holds_numbers(workdir):
+    for study in STUDIES:
+        md = (workdir / f"results/tables/{study}.md").read_text(encoding="utf-8")
+        assert re.search(r"\b0\.\d{4}\b", md), study
+        assert "nan" not in md.lower(), study
+    audit = json.loads((workdir / "results/selection/lr_audit.json").read_text())
+    assert sorted(audit["methods"]) == ["mrl", "search_adaptor", "smec"]
+    for base, entry in audit["methods"].items():
+        assert len(entry["candidates"]) == 3
+        assert entry["pick"]["method"] in [c["method"] for c in entry["candidates"]]
+    # the tuned runs trained with the picked learning rate
+    for base in audit["methods"]:
+        r = json.loads((workdir / f"results/scifact-tiny/minilm/{base}-tuned/k64/final/seed2027/eval.json").read_text())
+        assert r["config"]["hparams"]["lr"] == audit["methods"][base]["pick"]["overrides"]["lr"]
+        assert r["config"]["selected"]["from"] == f"lr_audit/{base}"
+
+
+def test_the_lr_audit_reads_validation_results_only(workdir):
+    """The select job's inputs name no final-stage file, and a validation score that changes
+    changes the pick (the rule's own function on the workflow's own results)."""
+    out = snakemake(workdir, "-n", "-f", "results/selection/lr_audit.json").stdout
+    block = out.split("rule select:")[1].split("output:")[0]
+    inputs = block.split("input:")[1].strip().split(", ")
+    assert len(inputs) == 10 and all("/select/seed2027/eval.json" in p for p in inputs), inputs
+    assert "/final/" not in block
+    from dive_core import studies
+
+    audit = json.loads((workdir / "results/selection/lr_audit.json").read_text())
+    results = [json.loads((workdir / p).read_text()) for p in inputs]
+    cands = {b: [(c["method"], c["overrides"]) for c in e["candidates"]] for b, e in audit["methods"].items()}
+    again = studies.select("lr_audit", cands, results, ["scifact-tiny"], 2027, reference="dive")
+    assert {b: e["pick"] for b, e in again["methods"].items()} == {b: e["pick"] for b, e in audit["methods"].items()}
+    loser = next(c["method"] for c in audit["methods"]["smec"]["candidates"]
+                 if c["method"] != audit["methods"]["smec"]["pick"]["method"])
+    for r in results:
+        if r["method"] == loser:
+            r["metrics"]["ndcg@10"] = 1.0
+    changed = studies.select("lr_audit", cands, results, ["scifact-tiny"], 2027)
+    assert changed["methods"]["smec"]["pick"]["method"] == loser
+
+
 def test_result_json_is_sane(workdir):
     split = json.loads((workdir / "results/scifact-tiny/splits.json").read_text())
     assert split["counts"] == {"train": 30, "validation": 10, "test": 10}  # 50 judged queries
