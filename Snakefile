@@ -27,6 +27,7 @@ include: "rules/triplets.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
 include: "rules/select.smk"
+include: "rules/efficiency.smk"
 include: "rules/report.smk"
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 
@@ -34,23 +33,13 @@ from torch import nn
 
 from dive_core import config as dcfg
 from dive_core import provenance, splits
+from dive_core.provenance import cpu_model
 from dive_core.atomic import read_json
 from dive_core.embeddings import read_embeddings
 from dive_core.methods import new_method
 from dive_core.training import FitData, TrainLog, fit_data, set_seed
 
 METHODS = ("dive", "mrl", "search_adaptor", "smec", "autoencoder")
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def subset(data: FitData, n: int, seed: int = 0) -> FitData:

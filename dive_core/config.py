@@ -308,6 +308,8 @@ def check(config: Mapping, registry: Mapping[str, dict], deep: bool = True) -> N
         selection_input(config, mname)
     for ename in enabled_experiments(config):
         exp = experiment(config, ename)
+        if exp.get("study") == "efficiency":
+            continue  # times config `efficiency.method` against frozen
         if not exp.get("methods"):
             raise ConfigError(f"config: experiments.{ename} has no methods")
         for bname in exp.get("backbones") or [config["backbone"]]:

@@ -16,15 +16,27 @@ from .splits import STAGES, eval_queries, role_qrels
 
 
 def evaluate_method(method, emb: Embeddings, manifest: Mapping, stage: str, top_k: int = 100,
-                    use_gpu: bool | str = "auto") -> tuple[dict[str, dict[str, float]], dict]:
+                    use_gpu: bool | str = "auto", encoding: str = "float32") -> tuple[dict[str, dict[str, float]], dict]:
     """Returns ``(per_query, summary)`` for ``method`` on the evaluation role of ``stage``."""
-    role = STAGES[stage]["eval_role"]
     qids = eval_queries(manifest, stage)
     t0 = time.perf_counter()
     docs = method.compress(emb.docs)
     queries = method.compress(emb.query_rows(qids))
+    compress_seconds = time.perf_counter() - t0
+    per_query, summary = evaluate_vectors(docs, emb.doc_ids, queries, manifest, stage, top_k, use_gpu, encoding)
+    summary["timings"] = {"compress_seconds": compress_seconds, **summary["timings"]}
+    return per_query, summary
+
+
+def evaluate_vectors(docs, doc_ids, queries, manifest: Mapping, stage: str, top_k: int = 100,
+                     use_gpu: bool | str = "auto", encoding: str = "float32") -> tuple[dict, dict]:
+    """The evaluation of already compressed vectors (``queries``: the rows of the evaluated role's
+    queries, in manifest order), with the corpus stored under ``encoding``
+    (:mod:`dive_core.retrieval`)."""
+    role = STAGES[stage]["eval_role"]
+    qids = eval_queries(manifest, stage)
     t1 = time.perf_counter()
-    run = search(docs, emb.doc_ids, queries, qids, top_k=top_k, use_gpu=use_gpu)
+    run = search(docs, doc_ids, queries, qids, top_k=top_k, use_gpu=use_gpu, encoding=encoding)
     t2 = time.perf_counter()
     per_query = evaluate(role_qrels(manifest, [role]), run)
     share = train_positive_share(run, training_positives(manifest, stage), qids)
@@ -47,7 +59,8 @@ def evaluate_method(method, emb: Embeddings, manifest: Mapping, stage: str, top_
             for name, ids in (("all", qids), ("seen", seen), ("unseen", unseen))}},
         "dim": int(docs.shape[1]),
         "top_k": top_k,
-        "timings": {"compress_seconds": t1 - t0, "search_seconds": t2 - t1, "metric_seconds": t3 - t2},
+        "encoding": encoding,
+        "timings": {"search_seconds": t2 - t1, "metric_seconds": t3 - t2},
     }
     return per_query, summary
 

@@ -32,12 +32,25 @@ def git_commit(repo: str | Path = ".") -> str:
         return "unknown"
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo; elsewhere what the platform reports)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def runtime(threads: int | None = None) -> dict:
     import torch
 
     return {
         "platform": platform.platform(),
         "machine": platform.machine(),
+        "cpu": cpu_model(),
         "torch_threads": threads if threads is not None else torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "git_commit": git_commit(Path(__file__).resolve().parent.parent),

@@ -1,4 +1,18 @@
-"""Exact inner-product search with FAISS (flat index; a GPU index when a GPU is present)."""
+"""Inner-product search with FAISS: the exact flat index (a GPU index when a GPU is present)
+and, for the quality-per-byte frontier, the same vectors stored in fewer bytes.
+
+Encodings of a d-dimensional float32 vector (``bytes_per_vector``):
+
+* ``float32`` (4d bytes): ``IndexFlatIP``, exact;
+* ``float16`` (2d): ``IndexScalarQuantizer`` QT_fp16, inner product on the decoded values;
+* ``sq8`` (d): ``IndexScalarQuantizer`` QT_8bit, one byte per coordinate with a per-coordinate
+  range trained on the corpus only;
+* ``binary`` (d/8): the sign bits (x > 0, as sentence-transformers' binary quantization),
+  ``IndexBinaryFlat``, ranked by Hamming distance (ties: lower corpus row first);
+* ``binary_rescore`` (d/8 in the index): the ``RESCORE_OVERSAMPLE`` x k nearest codes by Hamming
+  distance, re-ranked by the float32 inner product (the float32 vectors of those candidates only
+  are read, from disk in a deployment; they are not counted in the index bytes).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +20,45 @@ from typing import Sequence
 
 import numpy as np
 
+ENCODINGS = ("float32", "float16", "sq8", "binary", "binary_rescore")
+RESCORE_OVERSAMPLE = 4  # candidates re-ranked per result slot (sentence-transformers' default multiplier)
 
-def build_index(docs: np.ndarray, use_gpu: bool | str = "auto"):
+
+def bytes_per_vector(encoding: str, d: int) -> int:
+    """Bytes one corpus vector takes in the index under ``encoding``."""
+    if encoding == "float32":
+        return 4 * d
+    if encoding == "float16":
+        return 2 * d
+    if encoding == "sq8":
+        return d
+    if encoding in ("binary", "binary_rescore"):
+        return -(-d // 8)
+    raise ValueError(f"unknown encoding {encoding!r}; known: {ENCODINGS}")
+
+
+def sign_codes(x: np.ndarray) -> np.ndarray:
+    """1-bit codes: bit j = (x_j > 0), packed 8 per byte (big-endian bit order, as numpy)."""
+    return np.packbits(np.asarray(x) > 0, axis=1)
+
+
+def build_index(docs: np.ndarray, use_gpu: bool | str = "auto", encoding: str = "float32"):
     import faiss
 
     docs = np.ascontiguousarray(docs, dtype=np.float32)
-    index = faiss.IndexFlatIP(docs.shape[1])
+    d = docs.shape[1]
+    bytes_per_vector(encoding, d)  # validates the name
+    if encoding in ("binary", "binary_rescore"):
+        index = faiss.IndexBinaryFlat(8 * bytes_per_vector(encoding, d))
+        codes = sign_codes(docs)
+        index.add(codes)
+        return index
+    if encoding == "float32":
+        index = faiss.IndexFlatIP(d)
+    else:
+        qtype = {"float16": faiss.ScalarQuantizer.QT_fp16, "sq8": faiss.ScalarQuantizer.QT_8bit}[encoding]
+        index = faiss.IndexScalarQuantizer(d, qtype, faiss.METRIC_INNER_PRODUCT)
+        index.train(docs)  # the corpus only
     if use_gpu and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
         res = faiss.StandardGpuResources()
         index = faiss.index_cpu_to_gpu(res, 0, index)
@@ -20,6 +67,27 @@ def build_index(docs: np.ndarray, use_gpu: bool | str = "auto"):
         raise RuntimeError("a GPU FAISS index was requested but no GPU is available")
     index.add(docs)
     return index
+
+
+def index_search(index, encoding: str, queries: np.ndarray, k: int, docs: np.ndarray | None = None,
+                 oversample: int = RESCORE_OVERSAMPLE) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, rows)`` of the top ``k`` per query, best first (higher score = better)."""
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    if encoding not in ("binary", "binary_rescore"):
+        return index.search(q, k)
+    n = index.ntotal
+    kc = min(n, k * oversample) if encoding == "binary_rescore" else min(n, k)
+    dist, rows = index.search(sign_codes(q), kc)
+    # IndexBinaryFlat's order among equal distances is not specified: lower corpus row first
+    order = np.lexsort((rows, dist), axis=1)
+    dist, rows = np.take_along_axis(dist, order, 1), np.take_along_axis(rows, order, 1)
+    if encoding == "binary":
+        return -dist.astype(np.float32), rows
+    if docs is None:
+        raise ValueError("binary_rescore needs the float32 corpus vectors")
+    exact = np.einsum("qcd,qd->qc", np.asarray(docs, np.float32)[rows], q)
+    top = np.argsort(-exact, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(exact, top, 1), np.take_along_axis(rows, top, 1)
 
 
 def search(
@@ -31,20 +99,22 @@ def search(
     exclude_self: bool = True,
     batch_size: int = 4096,
     use_gpu: bool | str = "auto",
+    encoding: str = "float32",
 ) -> dict[str, dict[str, float]]:
-    """Top ``top_k`` documents per query by inner product, as ``{qid: {doc_id: score}}``.
+    """Top ``top_k`` documents per query by inner product, as ``{qid: {doc_id: score}}``
+    (``encoding``: how the corpus vectors are stored, see the module docstring).
 
     Hits whose document id equals the query id are dropped (BEIR convention for ArguAna /
     Quora / CQADupStack, where a query also appears in the corpus) before cutting to ``top_k``.
     """
     if docs.shape[1] != queries.shape[1]:
         raise ValueError(f"dimension mismatch: docs {docs.shape[1]} vs queries {queries.shape[1]}")
-    index = build_index(docs, use_gpu)
+    index = build_index(docs, use_gpu, encoding)
     k = min(len(doc_ids), top_k + (1 if exclude_self else 0))
     q = np.ascontiguousarray(queries, dtype=np.float32)
     run: dict[str, dict[str, float]] = {}
     for start in range(0, len(query_ids), batch_size):
-        scores, idx = index.search(q[start:start + batch_size], k)
+        scores, idx = index_search(index, encoding, q[start:start + batch_size], k, docs)
         for row, qid in enumerate(query_ids[start:start + batch_size]):
             hits: dict[str, float] = {}
             for s, i in zip(scores[row], idx[row]):

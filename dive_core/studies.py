@@ -532,6 +532,164 @@ def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
     return StudyOutput("\n".join(lines) + "\n", rows, figure)
 
 
+def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """Efficiency JSONs (one per dataset and backbone, and the synthetic scaling): memory,
+    latency and throughput of a flat index at each dimension, ratios to the full dimension and to
+    the memory-bandwidth bound."""
+    real = [r for r in results if r["dataset"] != "synthetic"]
+    syn = [r for r in results if r["dataset"] == "synthetic"]
+    lines = [f"## {ctx.title}", ""]
+    rows = []
+    for r in real:
+        lines += [f"### {r['dataset']} ({r['backbone']}): {r['indexes'][0]['n_docs']:,} documents, "
+                  f"{r['n_queries']} test queries", "",
+                  f"FAISS {r['faiss_version']} flat inner-product index on {r['device'].upper()} ({r['cpu']}, "
+                  f"{r['faiss_threads']} threads); main-memory streaming-read bandwidth {r['bandwidth_gb_s']:.2f} GB/s. "
+                  f"Medians of {r['indexes'][0]['repeats']} repetitions ({r['indexes'][0]['n_single']} single-query "
+                  f"searches each, top-{r['indexes'][0]['k']}); index construction and file loading not timed.", "",
+                  "| index | bytes/vector | index MB | memory ratio | latency median ms | p99 ms | speed-up | "
+                  "DRAM bound ms | latency / bound | same-size read ms | latency / read | throughput q/s | "
+                  "throughput ratio |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for x in r["indexes"]:
+            lines.append(f"| {x['method']} {x['dim']}d | {x['bytes_per_vector']} | {x['index_bytes'] / 1e6:.2f} | "
+                         f"{x['memory_ratio_to_full']:.1f}x | {x['latency_ms_median']:.3f} | {x['latency_ms_p99']:.3f} | "
+                         f"{x['latency_speedup_vs_full']:.2f}x | {x['lower_bound_ms']:.3f} | "
+                         f"{x['latency_ratio_to_bound']:.2f} | {x['read_ms_same_size']:.3f} | "
+                         f"{x['latency_ratio_to_read']:.2f} | {x['throughput_qps']:.0f} | "
+                         f"{x['throughput_ratio_to_full']:.2f}x |")
+            rows.append({"dataset": r["dataset"], "backbone": r["backbone"], **x})
+        lines.append("")
+    for r in syn:
+        lines += ["### Synthetic scaling (random unit vectors)", "",
+                  f"Streaming-read bandwidth {r['bandwidth_gb_s']:.2f} GB/s; {r['indexes'][0]['batch_queries']} "
+                  "queries per batch.", "",
+                  "| documents | dim | index MB | latency median ms | p99 ms | DRAM bound ms | latency / bound | "
+                  "same-size read ms | throughput q/s |", "|---|---|---|---|---|---|---|---|---|"]
+        for x in r["indexes"]:
+            lines.append(f"| {x['n_docs']:,} | {x['dim']} | {x['index_bytes'] / 1e6:.1f} | {x['latency_ms_median']:.3f} | "
+                         f"{x['latency_ms_p99']:.3f} | {x['lower_bound_ms']:.3f} | {x['latency_ratio_to_bound']:.2f} | "
+                         f"{x['read_ms_same_size']:.3f} | {x['throughput_qps']:.0f} |")
+            rows.append({"dataset": "synthetic", **x})
+        lines.append("")
+    lines.append("DRAM bound: a single-query flat search reads the whole index once, so from main memory it "
+                 "cannot take less than index bytes / bandwidth. An index that fits in the CPU caches is read "
+                 "faster (latency / bound below 1); the same-size read is the time to read an array of the "
+                 "index's size again and again, as the repeated searches do.")
+
+    def figure(path):
+        plt = _pyplot()
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), dpi=120)
+        for r in real:
+            xs = [f"{x['method']}\n{x['dim']}d" for x in r["indexes"]]
+            ax = axes[0]
+            ax.bar(xs, [x["latency_ms_median"] for x in r["indexes"]], color="tab:blue", label="measured median")
+            ax.scatter(xs, [x["lower_bound_ms"] for x in r["indexes"]], color="black", marker="_", s=600,
+                       zorder=3, label="DRAM bandwidth bound")
+            ax.set_ylabel("single-query latency (ms)")
+            ax.set_title(f"{r['dataset']}: latency", fontsize=10)
+            ax.legend(fontsize=8)
+            axes[1].bar(xs, [x["throughput_qps"] for x in r["indexes"]], color="tab:green")
+            axes[1].set_ylabel("batched throughput (queries/s)")
+            axes[1].set_title(f"{r['dataset']}: throughput", fontsize=10)
+        for r in syn:
+            ax = axes[2]
+            for d in sorted({x["dim"] for x in r["indexes"]}, reverse=True):
+                pts = sorted((x["n_docs"], x["latency_ms_median"]) for x in r["indexes"] if x["dim"] == d)
+                ax.plot([n for n, _ in pts], [v for _, v in pts], marker="o", label=f"d = {d}")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("documents")
+            ax.set_ylabel("single-query latency (ms)")
+            ax.set_title("synthetic: latency vs corpus size", fontsize=10)
+            ax.legend(fontsize=8, ncol=2)
+        for ax in axes:
+            ax.grid(alpha=0.3)
+        _suptitle(fig, ctx.title)
+        _save(fig, path)
+
+    return StudyOutput("\n".join(lines) + "\n", rows, figure)
+
+
+def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """Frontier JSONs: held-out nDCG@10 and Recall@10 against bytes per vector for every method,
+    dimension and encoding; Pareto front marked."""
+    lines = [f"## {ctx.title}", ""]
+    rows = []
+    for r in results:
+        over = next((x["rescore_oversample"] for x in r["rows"] if x["rescore_oversample"]), None)
+        lines += [f"### {r['dataset']} ({r['backbone']}), {r['n_queries']} test queries, seed "
+                  f"{r['rows'][0]['seed']}", "",
+                  "Encodings of the same compressed vectors: float32, float16, 8-bit scalar quantization (FAISS "
+                  "SQ8, trained on the corpus), 1-bit sign codes searched by Hamming distance, and the same "
+                  f"re-scored in float32 ({over}x oversampling: the {over} x k Hamming-nearest re-ranked). "
+                  "**front**: on the Pareto front of nDCG@10 against bytes per vector.", "",
+                  "| bytes/vector | method | dim | encoding | nDCG@10 | R@10 | front |", "|---|---|---|---|---|---|---|"]
+        for x in sorted(r["rows"], key=lambda x: (x["bytes_per_vector"], -x["ndcg@10"])):
+            lines.append(f"| {x['bytes_per_vector']} | {x['method']} | {x['dim']} | {x['encoding']} | "
+                         f"{x['ndcg@10']:.4f} | {x['recall@10']:.4f} | {'**front**' if x['pareto'] else ''} |")
+            rows.append({"dataset": r["dataset"], "backbone": r["backbone"], **x})
+        best = max((x for x in r["rows"] if x["bytes_per_vector"] <= 64), key=lambda x: x["ndcg@10"], default=None)
+        if best:
+            lines += ["", f"Best at 64 bytes or fewer per vector: **{best['method']} {best['dim']}d in "
+                          f"{best['encoding']}** ({best['bytes_per_vector']} B, nDCG@10 {best['ndcg@10']:.4f})."]
+        lines.append("")
+
+    def figure(path):
+        plt = _pyplot()
+        fig, axes = plt.subplots(1, 2, figsize=(14, 5), dpi=120)
+        colors = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # grey is frozen's
+        markers = {"float32": "o", "float16": "s", "sq8": "^", "binary": "x", "binary_rescore": "P"}
+        for r in results[:1]:
+            methods = list(dict.fromkeys(x["method"] for x in r["rows"]))
+            for ax, metric, label in zip(axes, ("ndcg@10", "recall@10"), ("nDCG@10", "Recall@10")):
+                for x in r["rows"]:
+                    ref = x["method"] == "frozen"
+                    ax.scatter(x["bytes_per_vector"], x[metric], marker=markers[x["encoding"]], s=45,
+                               color="0.35" if ref else colors[methods.index(x["method"]) % len(colors)],
+                               edgecolors="black" if x["pareto"] else "none", linewidths=1.2)
+                front = sorted((x["bytes_per_vector"], x[metric]) for x in r["rows"] if x["pareto"])
+                if metric == "ndcg@10" and front:
+                    ax.step([b for b, _ in front], [v for _, v in front], where="post", color="black",
+                            linewidth=1, linestyle="dashed")
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("bytes per vector (log scale)")
+                ax.set_ylabel(f"held-out {label}")
+                ax.grid(alpha=0.3)
+                ax.set_title(f"{r['dataset']}: {label} per byte", fontsize=10)
+            handles = [plt.Line2D([], [], linestyle="", marker="o", color="0.35" if m == "frozen" else
+                                  colors[methods.index(m) % len(colors)],
+                                  label=m + (" (uncompressed)" if m == "frozen" else ""))
+                       for m in methods]
+            handles += [plt.Line2D([], [], linestyle="", marker=mk, color="black", label=e) for e, mk in markers.items()]
+            handles.append(plt.Line2D([], [], color="black", linestyle="dashed", label="Pareto front (nDCG@10)"))
+            fig.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(0.995, 0.5), frameon=False)
+        _suptitle(fig, ctx.title)
+        _save(fig, path)
+
+    return StudyOutput("\n".join(lines) + "\n", rows, figure)
+
+
+CAPTIONS = {  # what each study's figure shows (the report's caption)
+    "main": "Bars: mean over seeds per method and dataset (left nDCG@10, right Recall@10); error bars: "
+            "sample standard deviation over seeds (none with one seed). The hatched grey bar is frozen, "
+            "the uncompressed full-dimension reference; every other bar is a compressed method.",
+    "tuned": "As the main figure, for the baselines retrained at their audited learning rates and DIVE.",
+    "ablation": "Validation nDCG@10 per dataset of each DIVE variant (seed 2027); the last is full DIVE.",
+    "heads": "Validation nDCG@10 against the number of heads H, one line per dataset; the ring marks the "
+             "configured H.",
+    "dynamics": "Left: rho(t), the share of the epoch's triplets whose hinge is active (thin: each seed, "
+                "thick: their mean; dashed: 10%). Right: DIVE's weighted loss terms per epoch (log scale).",
+    "lr_audit": "Mean validation nDCG@10 of each learning-rate candidate (gold: the pick); purple dashed "
+                "line: DIVE's validation score.",
+    "efficiency": "Left: single-query latency of a FAISS flat index at each dimension (bars) against the "
+                  "memory-bandwidth bound (black marks). Middle: batched throughput. Right: latency against "
+                  "corpus size on synthetic unit vectors, per dimension.",
+    "frontier": "Held-out nDCG@10 (left) and Recall@10 (right) against bytes per vector, every method, "
+                "dimension and encoding (marker: encoding; colour: method; grey: frozen, uncompressed). "
+                "Black edges and the dashed step: the Pareto front.",
+}
+
 STUDIES: dict[str, Callable[[Sequence[Mapping], StudyContext], StudyOutput]] = {
     "main": main_study,
     "tuned": tuned_study,
@@ -539,6 +697,8 @@ STUDIES: dict[str, Callable[[Sequence[Mapping], StudyContext], StudyOutput]] = {
     "heads": heads_study,
     "dynamics": dynamics_study,
     "lr_audit": lr_audit_study,
+    "efficiency": efficiency_study,
+    "frontier": frontier_study,
 }
 
 

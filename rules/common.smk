@@ -7,6 +7,7 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from dive_core import config as dcfg
+from dive_core import studies
 
 REGISTRY = dcfg.load_registry(os.path.join(workflow.basedir, config["dataset_registry"]))
 dcfg.expand(config)  # generated variants: selection candidates, head counts, document-disjoint runs
@@ -102,7 +103,8 @@ def all_targets():
     everything after it."""
     targets = []
     for name in dcfg.enabled_experiments(config):
-        for run in dcfg.experiment_runs(config, name):
+        for run in ([] if dcfg.experiment(config, name).get("study") in STUDY_OUTPUTS
+                    else dcfg.experiment_runs(config, name)):
             targets += run_artifacts(**run)
             if name == "main":
                 targets.append(HEADLINE.format(**run))
@@ -194,9 +196,70 @@ def dataset_groups(datasets):
     return {ds: registry_entry(ds).get("group", ds) for ds in datasets}
 
 
+# ---- efficiency and frontier (rules/efficiency.smk) -----------------------------------------
+EFFICIENCY = "results/efficiency/{dataset}/{backbone}.json"
+SYNTHETIC = "results/efficiency/synthetic.json"
+FRONTIER = "results/frontier/{dataset}/{backbone}.json"
+
+
+def efficiency_dims(wildcards):
+    """[(method, k)]: frozen at full dimension, then the configured method's compressed vectors
+    at the secondary and the primary dimension."""
+    eff = config["efficiency"]
+    bb = config["backbones"][wildcards.backbone]
+    dims = [("frozen", int(bb["dim"]))]
+    for which in ("secondary", "primary"):
+        if which in bb["dims"]:
+            dims.append((eff["method"], int(bb["dims"][which])))
+    return dims
+
+
+def _checkpoint(wildcards, method, k, seed):
+    return CHECKPOINT.format(dataset=wildcards.dataset, backbone=wildcards.backbone, method=method, k=k,
+                             stage="final", seed=seed)
+
+
+def efficiency_inputs(wildcards):
+    seed = config["efficiency"]["seed"]
+    return {"embeddings": EMBEDDINGS.format(**wildcards), "splits": SPLITS.format(**wildcards),
+            "checkpoints": [_checkpoint(wildcards, m, k, seed) for m, k in efficiency_dims(wildcards)]}
+
+
+def frontier_runs(wildcards):
+    """[(method, k)]: every method of the frontier study at each of its dimensions (frozen: full)."""
+    exp = dcfg.experiment(config, "frontier")
+    runs = []
+    for m in exp["methods"]:
+        for which in ("primary", "secondary"):
+            k = dcfg.method_k(config, wildcards.backbone, m, which)
+            if (m, k) not in runs:
+                runs.append((m, k))
+    return runs
+
+
+def frontier_inputs(wildcards):
+    seed = dcfg.experiment(config, "frontier")["seeds"][0]
+    return {"embeddings": EMBEDDINGS.format(**wildcards), "splits": SPLITS.format(**wildcards),
+            "checkpoints": [_checkpoint(wildcards, m, k, seed) for m, k in frontier_runs(wildcards)]}
+
+
 # ---- report (rules/report.smk) ----------------------------------------------------------
+STUDY_OUTPUTS = {"efficiency": EFFICIENCY, "frontier": FRONTIER}  # studies of their own JSONs
+
+
 def experiment_files(pattern):
+    """The study's input files: the runs' result files, or for the efficiency and frontier
+    studies their own JSONs (one per dataset and backbone, plus the synthetic scaling)."""
+
     def files(wildcards):
+        exp = dcfg.experiment(config, wildcards.experiment)
+        study = exp.get("study", "main")
+        if study in STUDY_OUTPUTS:
+            if pattern != EVAL_JSON:
+                return []
+            out = [STUDY_OUTPUTS[study].format(dataset=ds, backbone=bb) for bb in exp.get("backbones") or
+                   [config["backbone"]] for ds in exp["datasets"]]
+            return out + ([SYNTHETIC] if study == "efficiency" else [])
         return [pattern.format(**run) for run in dcfg.experiment_runs(config, wildcards.experiment)]
 
     return files
@@ -209,6 +272,8 @@ def experiment_selection(wildcards):
 
 def experiment_title(wildcards):
     exp = dcfg.experiment(config, wildcards.experiment)
+    if exp.get("study") in STUDY_OUTPUTS:
+        return f"{wildcards.experiment}: {exp.get('description', exp['study'])}"
     role = "held-out test queries" if exp["stage"] == "final" else "validation queries"
     backbones = ", ".join(exp.get("backbones") or [config["backbone"]])
     return (f"{wildcards.experiment}: {role}, backbone {backbones}, {exp['dim']} dimension"

@@ -21,6 +21,8 @@ rule evaluate:
             "evaluation": config["evaluation"],
         },
     threads: config["threads"]["evaluate"]
+    resources:
+        gpu=1,
     log:
         "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
     benchmark:

@@ -14,13 +14,14 @@ rule table:
         png=shown("results/figures/{experiment}.png", "figure", "figure"),
     params:
         study=lambda wc: dcfg.experiment(config, wc.experiment).get("study", "main"),
-        methods=lambda wc: dcfg.experiment(config, wc.experiment)["methods"],
+        methods=lambda wc: dcfg.experiment(config, wc.experiment).get("methods", []),
         datasets=lambda wc: dcfg.experiment(config, wc.experiment)["datasets"],
         backbones=lambda wc: dcfg.experiment(config, wc.experiment).get("backbones") or [config["backbone"]],
         groups=lambda wc: dataset_groups(dcfg.experiment(config, wc.experiment)["datasets"]),
         note=lambda wc: dcfg.experiment(config, wc.experiment).get("heads_note") or "",
         highlight=lambda wc: dcfg.experiment(config, wc.experiment).get("base", "dive"),
         title=experiment_title,
+        caption=lambda wc: studies.CAPTIONS[dcfg.experiment(config, wc.experiment).get("study", "main")],
     log:
         "logs/table/{experiment}.log",
     conda:

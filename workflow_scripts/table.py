@@ -10,7 +10,8 @@ ctx = studies.StudyContext(name=snakemake.wildcards.experiment, title=p.title, m
                            note=p.note, highlight=p.highlight,
                            selection=report.read_json(inp.selection[0]) if inp.selection else None)
 study = studies.STUDIES[p.study](results, ctx)
-report.write_tsv(out.runs, report.collect(results))
+# one row per run: the runs' result JSONs, or the rows of a study over its own JSONs (efficiency, frontier)
+report.write_tsv(out.runs, report.collect(results) if all("metrics" in r for r in results) else study.rows)
 report.write_tsv(out.tsv, study.rows)
 with report.atomic_open(out.md, "w", encoding="utf-8") as fh:
     fh.write(study.markdown)

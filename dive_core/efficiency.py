@@ -1,0 +1,165 @@
+"""Retrieval efficiency of a flat inner-product index (SPEC section 2 item 8, section 6), measured
+as FAISS's own benchmarks do: index construction and file loading are not timed; each figure is
+the median over independent repetitions, each after a discarded warm-up; thread count, CPU and
+FAISS version are recorded.
+
+Per index (one corpus matrix at one dimension):
+
+* ``index_bytes`` = ntotal x ``bytes_per_vector`` (the codes FAISS stores; float32: 4d per vector);
+* single-query latency: ``n_single`` searches of one query each (top-10), the median and the
+  99th percentile within a repetition, then the median of each over the repetitions;
+* batched throughput: all evaluated queries in one ``search`` call, queries per second, median
+  over repetitions;
+* the physical limit: a single-query flat search must read the whole index once, so
+  ``lower_bound_ms = index_bytes / bandwidth`` with the bandwidth of a streaming read from main
+  memory measured in the same run (:func:`memory_bandwidth`), and ``latency_ratio_to_bound`` =
+  measured median / lower bound. An index that fits in the CPU caches is read faster than main
+  memory streams (a ratio below 1), so the row also holds ``read_ms_same_size``, the time to read
+  an array of the index's size again and again as the searches do (:func:`read_time_ms`), and
+  the latency's ratio to it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Sequence
+
+import numpy as np
+
+from .provenance import cpu_model
+from .retrieval import build_index, bytes_per_vector
+
+
+def faiss_info() -> dict:
+    import faiss
+
+    gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    return {"faiss_version": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads(),
+            "device": "gpu" if gpus > 0 else "cpu", "cpu": cpu_model(), "cpu_count": os.cpu_count()}
+
+
+def _read(a: np.ndarray) -> float:
+    return float(a.max())  # one vectorised pass over the array: memory-bound, not compute-bound
+
+
+def read_time_ms(nbytes: int, repeats: int = 5, inner: int = 20) -> float:
+    """Median time (ms) to read ``nbytes`` once on one core, the way repeated single-query searches
+    read their index: the same array again and again (an index that fits in the caches is read
+    at cache speed). Each repetition times ``inner`` consecutive reads after a discarded one."""
+    a = np.ones(max(1, nbytes // 4), dtype=np.float32)
+    times = []
+    for _ in range(repeats):
+        _read(a)
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            _read(a)
+        times.append((time.perf_counter() - t0) / inner * 1e3)
+    return statistics.median(times)
+
+
+def memory_bandwidth(megabytes: int = 1024, repeats: int = 5) -> dict:
+    """Main-memory streaming-read bandwidth of one core in GB/s (1e9 bytes/s): the median over
+    ``repeats`` of one vectorised pass over a ``megabytes`` float32 array (far larger than any
+    cache), after a discarded pass. One core, because FAISS searches a single query on one
+    thread (it parallelises over queries)."""
+    a = np.ones(megabytes * 2 ** 20 // 4, dtype=np.float32)
+    _read(a)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _read(a)
+        times.append(time.perf_counter() - t0)
+    return {"bandwidth_gb_s": a.nbytes / statistics.median(times) / 1e9, "bandwidth_bytes": int(a.nbytes),
+            "bandwidth_threads": 1, "bandwidth_repeats": repeats}
+
+
+def time_index(docs: np.ndarray, queries: np.ndarray, k: int = 10, n_single: int = 300, repeats: int = 5,
+               use_gpu: bool | str = "auto", warmup: int = 20) -> dict:
+    """Latency and throughput of a flat inner-product index over ``docs`` (see the module
+    docstring). ``queries``: the evaluated queries, cycled for the single-query searches."""
+    index = build_index(docs, use_gpu)
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    singles = [q[i % len(q)][None, :] for i in range(n_single)]
+    med, p99, qps = [], [], []
+    for _ in range(repeats):
+        for x in singles[:warmup]:
+            index.search(x, k)  # discarded warm-up
+        lat = []
+        for x in singles:
+            t0 = time.perf_counter()
+            index.search(x, k)
+            lat.append((time.perf_counter() - t0) * 1e3)
+        med.append(float(np.median(lat)))
+        p99.append(float(np.percentile(lat, 99)))
+        index.search(q[: min(len(q), 32)], k)  # warm-up of the batched path
+        t0 = time.perf_counter()
+        index.search(q, k)
+        qps.append(len(q) / (time.perf_counter() - t0))
+    return {"latency_ms_median": statistics.median(med), "latency_ms_p99": statistics.median(p99),
+            "throughput_qps": statistics.median(qps), "n_single": n_single, "batch_queries": int(len(q)),
+            "repeats": repeats, "k": k}
+
+
+def measure(entries: Sequence[tuple[str, int, np.ndarray, np.ndarray]], bandwidth_gb_s: float,
+            **timing) -> list[dict]:
+    """One row per ``(method, dim, docs, queries)`` with bytes, timings, the bandwidth bound and
+    the ratios to the first entry (the full dimension)."""
+    rows = []
+    for method, dim, docs, queries in entries:
+        n, d = docs.shape
+        bpv = bytes_per_vector("float32", d)
+        row = {"method": method, "dim": int(dim), "n_docs": int(n), "bytes_per_vector": bpv,
+               "index_bytes": int(n) * bpv, **time_index(docs, queries, **timing)}
+        row["lower_bound_ms"] = row["index_bytes"] / (bandwidth_gb_s * 1e9) * 1e3
+        row["latency_ratio_to_bound"] = row["latency_ms_median"] / row["lower_bound_ms"]
+        # an index that fits in the caches is read faster than DRAM streams: the same-size read
+        row["read_ms_same_size"] = read_time_ms(row["index_bytes"], repeats=timing.get("repeats", 5),
+                                                inner=max(1, min(20, int(2e9 // max(row["index_bytes"], 1)))))
+        row["latency_ratio_to_read"] = row["latency_ms_median"] / row["read_ms_same_size"]
+        rows.append(row)
+    full = rows[0]
+    for row in rows:
+        row["memory_ratio_to_full"] = full["index_bytes"] / row["index_bytes"]
+        row["latency_speedup_vs_full"] = full["latency_ms_median"] / row["latency_ms_median"]
+        row["throughput_ratio_to_full"] = row["throughput_qps"] / full["throughput_qps"]
+    return rows
+
+
+def unit_vectors(n: int, d: int, seed: int = 0, chunk: int = 100_000) -> np.ndarray:
+    """``n`` random unit vectors (float32), generated in chunks so the peak stays near one copy."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, d), dtype=np.float32)
+    for s in range(0, n, chunk):
+        x = rng.standard_normal((min(chunk, n - s), d), dtype=np.float32)
+        out[s:s + len(x)] = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return out
+
+
+def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, doc_ids, manifest, stage: str,
+                  top_k: int = 100, encodings: Sequence[str] | None = None) -> list[dict]:
+    """Held-out quality of one method's compressed vectors under every encoding of
+    :mod:`dive_core.retrieval`, through the project's evaluation path."""
+    from .evaluation import evaluate_vectors
+    from .retrieval import ENCODINGS, RESCORE_OVERSAMPLE
+
+    rows = []
+    for enc in encodings or ENCODINGS:
+        _, summary = evaluate_vectors(docs, doc_ids, queries, manifest, stage, top_k, use_gpu=False, encoding=enc)
+        rows.append({"method": method, "dim": int(k), "encoding": enc, "bytes_per_vector": bytes_per_vector(enc, k),
+                     "n_queries": summary["n_queries"], **{m: summary["metrics"][m] for m in ("ndcg@10", "recall@10")},
+                     "rescore_oversample": RESCORE_OVERSAMPLE if enc == "binary_rescore" else None})
+    return rows
+
+
+def pareto_front(rows: Sequence[dict], metric: str = "ndcg@10") -> list[bool]:
+    """For each row: no other row has at most its bytes per vector and a higher ``metric``, or
+    fewer bytes and at least its ``metric`` (the quality-per-byte Pareto front)."""
+    out = []
+    for r in rows:
+        dominated = any((o["bytes_per_vector"] <= r["bytes_per_vector"] and o[metric] > r[metric])
+                        or (o["bytes_per_vector"] < r["bytes_per_vector"] and o[metric] >= r[metric])
+                        for o in rows)
+        out.append(not dominated)
+    return out
