@@ -29,9 +29,18 @@ include: "rules/evaluate.smk"
 include: "rules/select.smk"
 include: "rules/efficiency.smk"
 include: "rules/report.smk"
+include: "rules/export.smk"
+
+
+# Seconds of bookkeeping each: run them in the submitting process, never as cluster jobs.
+localrules:
+    all,
+    table,
+    headline_result,
+    select,
 
 
 rule all:
+    default_target: True
     input:
         all_targets(),
-    default_target: True

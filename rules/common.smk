@@ -43,6 +43,7 @@ CHECKPOINT = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/mode
 TRAIN_LOG = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/train_log.tsv"
 EVAL_JSON = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/eval.json"
 PER_QUERY = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/per_query.tsv"
+EXPORT = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/export"
 HEADLINE = "results/{dataset}/{method}/seed{seed}.json"
 TABLE = "results/tables/{experiment}.md"
 SELECTION = dcfg.SELECTION_PATH
@@ -103,8 +104,11 @@ def all_targets():
     everything after it."""
     targets = []
     for name in dcfg.enabled_experiments(config):
-        for run in ([] if dcfg.experiment(config, name).get("study") in STUDY_OUTPUTS
-                    else dcfg.experiment_runs(config, name)):
+        for run in (
+            []
+            if dcfg.experiment(config, name).get("study") in STUDY_OUTPUTS
+            else dcfg.experiment_runs(config, name)
+        ):
             targets += run_artifacts(**run)
             if name == "main":
                 targets.append(HEADLINE.format(**run))
@@ -184,8 +188,18 @@ def selection_runs(study):
     if study == "lr_audit":
         methods.append("dive")
     bb = config["backbone"]
-    return [dict(dataset=ds, backbone=bb, method=m, k=dcfg.method_k(config, bb, m, "primary"),
-                 stage="select", seed=sel["seed"]) for ds in sel["datasets"] for m in dict.fromkeys(methods)]
+    return [
+        dict(
+            dataset=ds,
+            backbone=bb,
+            method=m,
+            k=dcfg.method_k(config, bb, m, "primary"),
+            stage="select",
+            seed=sel["seed"],
+        )
+        for ds in sel["datasets"]
+        for m in dict.fromkeys(methods)
+    ]
 
 
 def selection_results(wildcards):
@@ -215,14 +229,18 @@ def efficiency_dims(wildcards):
 
 
 def _checkpoint(wildcards, method, k, seed):
-    return CHECKPOINT.format(dataset=wildcards.dataset, backbone=wildcards.backbone, method=method, k=k,
-                             stage="final", seed=seed)
+    return CHECKPOINT.format(
+        dataset=wildcards.dataset, backbone=wildcards.backbone, method=method, k=k, stage="final", seed=seed
+    )
 
 
 def efficiency_inputs(wildcards):
     seed = config["efficiency"]["seed"]
-    return {"embeddings": EMBEDDINGS.format(**wildcards), "splits": SPLITS.format(**wildcards),
-            "checkpoints": [_checkpoint(wildcards, m, k, seed) for m, k in efficiency_dims(wildcards)]}
+    return {
+        "embeddings": EMBEDDINGS.format(**wildcards),
+        "splits": SPLITS.format(**wildcards),
+        "checkpoints": [_checkpoint(wildcards, m, k, seed) for m, k in efficiency_dims(wildcards)],
+    }
 
 
 def frontier_runs(wildcards):
@@ -239,8 +257,11 @@ def frontier_runs(wildcards):
 
 def frontier_inputs(wildcards):
     seed = dcfg.experiment(config, "frontier")["seeds"][0]
-    return {"embeddings": EMBEDDINGS.format(**wildcards), "splits": SPLITS.format(**wildcards),
-            "checkpoints": [_checkpoint(wildcards, m, k, seed) for m, k in frontier_runs(wildcards)]}
+    return {
+        "embeddings": EMBEDDINGS.format(**wildcards),
+        "splits": SPLITS.format(**wildcards),
+        "checkpoints": [_checkpoint(wildcards, m, k, seed) for m, k in frontier_runs(wildcards)],
+    }
 
 
 # ---- report (rules/report.smk) ----------------------------------------------------------
@@ -257,8 +278,11 @@ def experiment_files(pattern):
         if study in STUDY_OUTPUTS:
             if pattern != EVAL_JSON:
                 return []
-            out = [STUDY_OUTPUTS[study].format(dataset=ds, backbone=bb) for bb in exp.get("backbones") or
-                   [config["backbone"]] for ds in exp["datasets"]]
+            out = [
+                STUDY_OUTPUTS[study].format(dataset=ds, backbone=bb)
+                for bb in exp.get("backbones") or [config["backbone"]]
+                for ds in exp["datasets"]
+            ]
             return out + ([SYNTHETIC] if study == "efficiency" else [])
         return [pattern.format(**run) for run in dcfg.experiment_runs(config, wildcards.experiment)]
 
@@ -276,12 +300,17 @@ def experiment_title(wildcards):
         return f"{wildcards.experiment}: {exp.get('description', exp['study'])}"
     role = "held-out test queries" if exp["stage"] == "final" else "validation queries"
     backbones = ", ".join(exp.get("backbones") or [config["backbone"]])
-    return (f"{wildcards.experiment}: {role}, backbone {backbones}, {exp['dim']} dimension"
-            + (f" - {exp['description']}" if exp.get("description") else ""))
+    return f"{wildcards.experiment}: {role}, backbone {backbones}, {exp['dim']} dimension" + (
+        f" - {exp['description']}" if exp.get("description") else ""
+    )
 
 
 def shown(path, caption, content):
     """An output that `snakemake --report` shows, grouped by experiment, with the caption
     report/{caption}.rst."""
-    return report(path, caption=f"../report/{caption}.rst", category="{experiment}",
-                  labels={"experiment": "{experiment}", "content": content})
+    return report(
+        path,
+        caption=f"../report/{caption}.rst",
+        category="{experiment}",
+        labels={"experiment": "{experiment}", "content": content},
+    )

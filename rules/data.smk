@@ -4,9 +4,6 @@
 rule download_beir:
     output:
         ZIP,
-    params:
-        url=lambda wc: zip_entry(wc.zipname)["url"],
-        sha256=lambda wc: zip_entry(wc.zipname).get("zip_sha256"),
     log:
         "logs/download_beir/{zipname}.log",
     benchmark:
@@ -15,6 +12,9 @@ rule download_beir:
         "../envs/data.yaml"
     resources:
         downloads=1,
+    params:
+        url=lambda wc: zip_entry(wc.zipname)["url"],
+        sha256=lambda wc: zip_entry(wc.zipname).get("zip_sha256"),
     script:
         "../workflow_scripts/download_beir.py"
 
@@ -24,15 +24,15 @@ rule stage_beir:
         staging_input,
     output:
         SOURCE,
-    params:
-        entry=lambda wc: registry_entry(wc.dataset),
-        mode=config["beir_local_mode"],
-        on_missing=config["on_missing_qrels_ids"],
     log:
         "logs/stage_beir/{dataset}.log",
     benchmark:
         "logs/stage_beir/{dataset}.bench.tsv"
     conda:
         "../envs/data.yaml"
+    params:
+        entry=lambda wc: registry_entry(wc.dataset),
+        mode=config["beir_local_mode"],
+        on_missing=config["on_missing_qrels_ids"],
     script:
         "../workflow_scripts/stage_beir.py"

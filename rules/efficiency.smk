@@ -8,18 +8,18 @@ rule efficiency:
         unpack(efficiency_inputs),
     output:
         "results/efficiency/{dataset}/{backbone}.json",
-    params:
-        settings=config["efficiency"],
-        dims=efficiency_dims,
-    threads: config["threads"]["evaluate"]
-    resources:
-        gpu=1,
     log:
         "logs/efficiency/{dataset}/{backbone}.log",
     benchmark:
         "logs/efficiency/{dataset}/{backbone}.bench.tsv"
     conda:
         "../envs/train-gpu.yaml"
+    threads: config["threads"]["evaluate"]
+    resources:
+        gpu=1,
+    params:
+        settings=config["efficiency"],
+        dims=efficiency_dims,
     script:
         "../workflow_scripts/efficiency.py"
 
@@ -27,17 +27,17 @@ rule efficiency:
 rule efficiency_synthetic:
     output:
         "results/efficiency/synthetic.json",
-    params:
-        settings=config["efficiency"],
-    threads: config["threads"]["evaluate"]
-    resources:
-        gpu=1,
     log:
         "logs/efficiency/synthetic.log",
     benchmark:
         "logs/efficiency/synthetic.bench.tsv"
     conda:
         "../envs/train-gpu.yaml"
+    threads: config["threads"]["evaluate"]
+    resources:
+        gpu=1,
+    params:
+        settings=config["efficiency"],
     script:
         "../workflow_scripts/efficiency_synthetic.py"
 
@@ -47,15 +47,15 @@ rule frontier:
         unpack(frontier_inputs),
     output:
         "results/frontier/{dataset}/{backbone}.json",
-    params:
-        runs=frontier_runs,
-        top_k=config["evaluation"]["top_k"],
-    threads: config["threads"]["evaluate"]
     log:
         "logs/frontier/{dataset}/{backbone}.log",
     benchmark:
         "logs/frontier/{dataset}/{backbone}.bench.tsv"
     conda:
         "../envs/train-gpu.yaml"
+    threads: config["threads"]["evaluate"]
+    params:
+        runs=frontier_runs,
+        top_k=config["evaluation"]["top_k"],
     script:
         "../workflow_scripts/frontier.py"

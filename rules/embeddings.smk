@@ -6,18 +6,18 @@ rule embed:
         SOURCE,
     output:
         EMBEDDINGS,
-    params:
-        spec=lambda wc: {k: v for k, v in backbone_spec(wc.backbone).items() if k != "dims"},
-        instruction=query_instruction,
-        device=config["device"],
-    threads: config["threads"]["embed"]
-    resources:
-        gpu=config["gpu"]["embed"],
     log:
         "logs/embed/{dataset}/{backbone}.log",
     benchmark:
         "logs/embed/{dataset}/{backbone}.bench.tsv"
     conda:
         "../envs/embed-gpu.yaml"
+    threads: config["threads"]["embed"]
+    resources:
+        gpu=config["gpu"]["embed"],
+    params:
+        spec=lambda wc: {k: v for k, v in backbone_spec(wc.backbone).items() if k != "dims"},
+        instruction=query_instruction,
+        device=config["device"],
     script:
         "../workflow_scripts/embed.py"

@@ -10,6 +10,15 @@ rule evaluate:
     output:
         result=EVAL_JSON,
         per_query=PER_QUERY,
+    log:
+        "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
+    benchmark:
+        "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.bench.tsv"
+    conda:
+        "../envs/train-gpu.yaml"
+    threads: config["threads"]["evaluate"]
+    resources:
+        gpu=1,
     params:
         top_k=config["evaluation"]["top_k"],
         config_snapshot=lambda wc: {
@@ -20,15 +29,6 @@ rule evaluate:
             "method_entry": method_entry(wc.method),
             "evaluation": config["evaluation"],
         },
-    threads: config["threads"]["evaluate"]
-    resources:
-        gpu=1,
-    log:
-        "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
-    benchmark:
-        "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.bench.tsv"
-    conda:
-        "../envs/train-gpu.yaml"
     script:
         "../workflow_scripts/evaluate.py"
 

@@ -12,6 +12,10 @@ rule table:
         tsv=shown("results/tables/{experiment}.tsv", "table", "summary table"),
         runs=shown("results/tables/{experiment}_runs.tsv", "runs", "per-run table"),
         png=shown("results/figures/{experiment}.png", "figure", "figure"),
+    log:
+        "logs/table/{experiment}.log",
+    conda:
+        "../envs/report.yaml"
     params:
         study=lambda wc: dcfg.experiment(config, wc.experiment).get("study", "main"),
         methods=lambda wc: dcfg.experiment(config, wc.experiment).get("methods", []),
@@ -22,9 +26,5 @@ rule table:
         highlight=lambda wc: dcfg.experiment(config, wc.experiment).get("base", "dive"),
         title=experiment_title,
         caption=lambda wc: studies.CAPTIONS[dcfg.experiment(config, wc.experiment).get("study", "main")],
-    log:
-        "logs/table/{experiment}.log",
-    conda:
-        "../envs/report.yaml"
     script:
         "../workflow_scripts/table.py"

@@ -7,17 +7,17 @@ rule select:
         results=selection_results,
     output:
         SELECTION,
+    log:
+        "logs/select/{study}.log",
+    wildcard_constraints:
+        study="|".join(dcfg.SELECTION_STUDIES),
+    conda:
+        "../envs/report.yaml"
     params:
         candidates=lambda wc: dcfg.selection_candidates(config, wc.study),
         datasets=lambda wc: dcfg.selection_settings(config)["datasets"],
         seed=lambda wc: dcfg.selection_settings(config)["seed"],
         groups=lambda wc: dataset_groups(dcfg.selection_settings(config)["datasets"]),
         reference=lambda wc: "dive" if wc.study == "lr_audit" else None,
-    wildcard_constraints:
-        study="|".join(dcfg.SELECTION_STUDIES),
-    log:
-        "logs/select/{study}.log",
-    conda:
-        "../envs/report.yaml"
     script:
         "../workflow_scripts/select.py"

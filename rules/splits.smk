@@ -6,14 +6,14 @@ rule make_splits:
         SOURCE,
     output:
         SPLITS,
-    params:
-        seed=config["split"]["seed"],
-        fractions=config["split"]["fractions"],
     log:
         "logs/make_splits/{dataset}.log",
     benchmark:
         "logs/make_splits/{dataset}.bench.tsv"
     conda:
         "../envs/data.yaml"
+    params:
+        seed=config["split"]["seed"],
+        fractions=config["split"]["fractions"],
     script:
         "../workflow_scripts/make_splits.py"

@@ -7,20 +7,20 @@ rule train:
     output:
         checkpoint=CHECKPOINT,
         log=TRAIN_LOG,
-    params:
-        type=lambda wc: dcfg.method_type(config, wc.method),
-        hparams=lambda wc: method_params(wc.method),
-        negatives=lambda wc: dcfg.method_negatives(config, wc.method),
-        selected=lambda wc: config["methods"][wc.method].get("selected"),
-        device=config["device"],
-    threads: config["threads"]["train"]
-    resources:
-        gpu=config["gpu"]["train"],
     log:
         "logs/train/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
     benchmark:
         "logs/train/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.bench.tsv"
     conda:
         "../envs/train-gpu.yaml"
+    threads: config["threads"]["train"]
+    resources:
+        gpu=config["gpu"]["train"],
+    params:
+        type=lambda wc: dcfg.method_type(config, wc.method),
+        hparams=lambda wc: method_params(wc.method),
+        negatives=lambda wc: dcfg.method_negatives(config, wc.method),
+        selected=lambda wc: config["methods"][wc.method].get("selected"),
+        device=config["device"],
     script:
         "../workflow_scripts/train.py"

@@ -7,17 +7,17 @@ rule triplets:
     output:
         tsv=TRIPLETS,
         meta=TRIPLETS.replace(".tsv", ".json"),
-    params:
-        seed=config["split"]["seed"],
-        num_negatives=config["triplets"]["num_negatives"],
-        hard_pool=lambda wc: config["triplets"]["hard_pool"] if wc.negatives.startswith("hard") else None,
-        max_per_query=lambda wc: dcfg.triplet_cap(config, wc.dataset),
-    threads: 1
     log:
         "logs/triplets/{dataset}/{backbone}/{stage}-{negatives}.log",
     benchmark:
         "logs/triplets/{dataset}/{backbone}/{stage}-{negatives}.bench.tsv"
     conda:
         "../envs/data.yaml"
+    threads: 1
+    params:
+        seed=config["split"]["seed"],
+        num_negatives=config["triplets"]["num_negatives"],
+        hard_pool=lambda wc: config["triplets"]["hard_pool"] if wc.negatives.startswith("hard") else None,
+        max_per_query=lambda wc: dcfg.triplet_cap(config, wc.dataset),
     script:
         "../workflow_scripts/triplets.py"

@@ -126,6 +126,36 @@ def test_efficiency_and_frontier_json(workdir):
     assert any(r["pareto"] for r in rows)
 
 
+def test_exported_models_reproduce_the_workflow_vectors(workdir):
+    """Every method type, exported from its scifact-tiny run: SentenceTransformer(folder).encode
+    of the documents' texts equals Method.load(checkpoint).compress of the embedding file's rows
+    (cosine >= 0.9999), and load_compressor(folder).compress equals it exactly."""
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    from dive_core import load_compressor
+    from dive_core.data import load_staged
+    from dive_core.embeddings import read_embeddings
+    from dive_core.methods import Method
+
+    run = "results/scifact-tiny/minilm/{m}/k{k}/final/seed2027"
+    runs = {m: run.format(m=m, k=384 if m == "frozen" else 64) for m in METHODS}
+    snakemake(workdir, *[f"{r}/export" for r in runs.values()])
+    emb = read_embeddings(workdir / "results/scifact-tiny/minilm/embeddings.h5")
+    ds = load_staged(workdir / "data/beir/scifact-tiny")
+    texts = [ds.doc_text(d) for d in emb.doc_ids[:24]]
+    for m, r in runs.items():
+        ref = Method.load(workdir / r / "model.pt").compress(emb.docs[:24])
+        folder = workdir / r / "export"
+        vecs = SentenceTransformer(str(folder), device="cpu").encode(texts, batch_size=24)
+        cos = (vecs * ref).sum(1) / np.linalg.norm(vecs, axis=1) / np.linalg.norm(ref, axis=1)
+        assert vecs.shape == ref.shape and cos.min() >= 0.9999, (m, cos.min())
+        assert np.array_equal(load_compressor(folder).compress(emb.docs[:24]), ref), m
+        assert not [p for p in folder.rglob("*") if p.suffix in (".pt", ".pkl", ".bin", ".pickle")], m
+        card = (folder / "README.md").read_text(encoding="utf-8")
+        assert "scifact-tiny" in card and "| unseen |" in card and "nDCG@10" in card
+
+
 def test_the_lr_audit_reads_validation_results_only(workdir):
     """The select job's inputs name no final-stage file, and a validation score that changes
     changes the pick (the rule's own function on the workflow's own results)."""

@@ -1,0 +1,16 @@
+# Stage 10 - export: a trained compressor as a folder usable outside the workflow (on demand,
+# not part of `all`): snakemake --cores 1 results/scifact/minilm/dive/k64/final/seed2027/export
+
+
+rule export:
+    input:
+        checkpoint=CHECKPOINT,
+        result=EVAL_JSON,
+    output:
+        directory(EXPORT),
+    log:
+        "logs/export/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
+    conda:
+        "../envs/train-gpu.yaml"
+    script:
+        "../workflow_scripts/export.py"

@@ -1,0 +1,66 @@
+"""Exported compressors: safetensors + JSON round trip for every method type, refusals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dive_core.export import load_compressor, save_compressor
+from dive_core.methods import new_method
+from dive_core.training import TrainLog
+from synthetic import FAST, make_problem
+
+TYPES = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
+
+
+def configured(mtype):
+    """The configured hyperparameters, trained for 2 epochs on the small synthetic problem."""
+    from pathlib import Path
+
+    from dive_core import config as dcfg
+    from dive_core.methods import resolve_hparams
+
+    cfg = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
+    entry = dict(cfg["methods"][mtype])
+    if mtype == "mrl":
+        entry["min_prefix"] = 4  # k = 8 here
+    return resolve_hparams(mtype, entry, {**cfg["training"], **FAST, "epochs": 2})
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return make_problem()
+
+
+@pytest.mark.parametrize("mtype", TYPES)
+def test_round_trip_every_method_type(tmp_path, problem, mtype):
+    k = problem.d if mtype == "frozen" else problem.k
+    m = new_method(mtype, problem.d, k, configured(mtype), seed=1)
+    m.fit(problem.train, TrainLog(), progress=False)
+    save_compressor(m, tmp_path / "c", {"dataset": "synthetic"})
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["config.json", "model.safetensors"]
+    back = load_compressor(tmp_path / "c")
+    assert back.type == mtype and (back.d, back.k) == (problem.d, k)
+    assert np.array_equal(back.compress(problem.docs), m.compress(problem.docs))
+
+
+def test_refuses_foreign_and_tampered_folders(tmp_path, problem):
+    m = new_method("truncate", problem.d, problem.k, {}, seed=0)
+    with pytest.raises(FileNotFoundError, match="no dive-compressor/1 compressor"):
+        load_compressor(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))  # a transformers folder
+    with pytest.raises(FileNotFoundError, match="no dive-compressor/1"):
+        load_compressor(tmp_path)
+    d = new_method("dive", problem.d, problem.k, configured("dive"), seed=0)
+    save_compressor(d, tmp_path / "d")
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(tmp_path / "d" / "model.safetensors"))
+    name = next(iter(state))
+    state[name] = state[name] + 1.0
+    save_file(state, str(tmp_path / "d" / "model.safetensors"))
+    with pytest.raises(ValueError, match="do not match the recorded state_sha256"):
+        load_compressor(tmp_path / "d")
+    assert m.k == problem.k
