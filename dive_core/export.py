@@ -141,6 +141,55 @@ def _backbone_model(spec: Mapping[str, Any]):
     return model
 
 
+# --------------------------------------------------------------------------- BEIR
+class BeirDenseModel:
+    """An exported model as a BEIR dense model (``encode_queries`` / ``encode_corpus``), for
+    ``beir.retrieval.search.dense.DenseRetrievalExactSearch`` with ``score_function="dot"`` (the
+    vectors are L2-normalised, so dot = cosine).
+
+    ``BeirDenseModel(folder)``: a sentence-transformers export (MiniLM). For any other backbone
+    (LLM2Vec), pass the compressor folder and the backbone that made the training embeddings,
+    ``BeirDenseModel(folder, backbone=dive_core.backbones.build_backbone(...))``: it encodes
+    queries with the dataset's instruction and documents without, as the workflow's embed job.
+    Documents are encoded as ``title + " " + text`` (stripped), as in the workflow."""
+
+    def __init__(self, folder: str | Path, backbone=None, device: str = "cpu"):
+        folder = Path(folder)
+        self.backbone, self.st = backbone, None
+        if backbone is None:
+            if not (folder / "modules.json").is_file():
+                raise ValueError(f"{folder}: not a sentence-transformers export; pass the backbone= that "
+                                 "made the training embeddings")
+            from sentence_transformers import SentenceTransformer
+
+            self.st = SentenceTransformer(str(folder), device=device)
+        else:
+            self.compressor = load_compressor(folder, device)
+
+    def _encode(self, texts: list[str], batch_size: int, queries: bool):
+        if self.st is not None:
+            return self.st.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+        from .embeddings import l2_normalize
+
+        raw = (self.backbone.encode_queries if queries else self.backbone.encode_docs)(texts)
+        return self.compressor.compress(l2_normalize(raw))
+
+    @staticmethod
+    def _out(vectors, kwargs):
+        return torch.from_numpy(vectors) if kwargs.get("convert_to_tensor") else vectors
+
+    def encode_queries(self, queries: list[str], batch_size: int = 64, **kwargs):
+        return self._out(self._encode(list(queries), batch_size, queries=True), kwargs)
+
+    def encode_corpus(self, corpus, batch_size: int = 64, **kwargs):
+        if isinstance(corpus, dict):  # BEIR >= 2.1 passes {"title": [...], "text": [...]} or a list of dicts
+            docs = [{"title": t, "text": x} for t, x in zip(corpus.get("title", []), corpus["text"])]
+        else:
+            docs = list(corpus)
+        texts = [f"{d.get('title', '')} {d.get('text', '')}".strip() for d in docs]
+        return self._out(self._encode(texts, batch_size, queries=False), kwargs)
+
+
 # --------------------------------------------------------------------------- model card
 def model_card(result: Mapping[str, Any] | None, config: Mapping[str, Any], st_folder: bool) -> str:
     lines = [f"# DIVE pipeline export: {config['type']} {config['d']} -> {config['k']} dimensions", ""]
@@ -225,4 +274,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["CompressorModule", "export", "load_compressor", "save_compressor"]
+__all__ = ["BeirDenseModel", "CompressorModule", "export", "load_compressor", "save_compressor"]

@@ -156,6 +156,33 @@ def test_exported_models_reproduce_the_workflow_vectors(workdir):
         assert "scifact-tiny" in card and "| unseen |" in card and "nDCG@10" in card
 
 
+def test_evaluation_agrees_with_beirs_evaluator(workdir):
+    """The project's evaluation and BEIR 2.2.0's EvaluateRetrieval.evaluate on the same retrieved
+    lists (scifact-tiny test queries, several methods): identical nDCG@10, Recall@10 and
+    Recall@100 means (BEIR rounds to 5 decimals), equal to the result JSONs."""
+    from beir.retrieval.evaluation import EvaluateRetrieval
+
+    from dive_core.embeddings import read_embeddings
+    from dive_core.metrics import evaluate, mean_metrics
+    from dive_core.methods import Method
+    from dive_core.retrieval import search
+    from dive_core.splits import eval_queries, role_qrels
+
+    emb = read_embeddings(workdir / "results/scifact-tiny/minilm/embeddings.h5")
+    manifest = json.loads((workdir / "results/scifact-tiny/splits.json").read_text())
+    qids = eval_queries(manifest, "final")
+    qrels = role_qrels(manifest, ["test"])
+    for m in ("frozen", "truncate", "pca", "mrl", "smec", "dive"):
+        r = json.loads((workdir / f"results/scifact-tiny/{m}/seed2027.json").read_text())
+        method = Method.load(workdir / r["artifacts"]["checkpoint"])
+        run = search(method.compress(emb.docs), emb.doc_ids, method.compress(emb.query_rows(qids)), qids, top_k=100)
+        ours = mean_metrics(evaluate(qrels, run), qids)
+        ndcg, _, recall, _ = EvaluateRetrieval.evaluate(qrels, {q: dict(h) for q, h in run.items()}, [10, 100])
+        beir = {"ndcg@10": ndcg["NDCG@10"], "recall@10": recall["Recall@10"], "recall@100": recall["Recall@100"]}
+        assert {k: round(ours[k], 5) for k in beir} == beir, m
+        assert {k: round(r["metrics"][k], 5) for k in beir} == beir, m
+
+
 def test_the_lr_audit_reads_validation_results_only(workdir):
     """The select job's inputs name no final-stage file, and a validation score that changes
     changes the pick (the rule's own function on the workflow's own results)."""
