@@ -16,7 +16,7 @@ Encodings of a d-dimensional float32 vector (``bytes_per_vector``):
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 
@@ -96,7 +96,7 @@ def search(
     queries: np.ndarray,
     query_ids: Sequence[str],
     top_k: int = 100,
-    exclude_self: bool = True,
+    exclude_self: bool | Collection[str] = True,
     batch_size: int = 4096,
     use_gpu: bool | str = "auto",
     encoding: str = "float32",
@@ -104,13 +104,17 @@ def search(
     """Top ``top_k`` documents per query by inner product, as ``{qid: {doc_id: score}}``
     (``encoding``: how the corpus vectors are stored, see the module docstring).
 
-    Hits whose document id equals the query id are dropped (BEIR convention for ArguAna /
-    Quora / CQADupStack, where a query also appears in the corpus) before cutting to ``top_k``.
+    ``exclude_self``: drop the hit whose document id equals the query id (the query itself,
+    where queries are corpus documents) before cutting to ``top_k``: for every query (True, the
+    BEIR convention), for none (False), or for the queries listed (the split manifest's
+    ``identical_ids``, see :func:`dive_core.splits.identical_ids`).
     """
     if docs.shape[1] != queries.shape[1]:
         raise ValueError(f"dimension mismatch: docs {docs.shape[1]} vs queries {queries.shape[1]}")
     index = build_index(docs, use_gpu, encoding)
-    k = min(len(doc_ids), top_k + (1 if exclude_self else 0))
+    drop_all = exclude_self is True
+    drop = set() if isinstance(exclude_self, bool) else set(exclude_self)
+    k = min(len(doc_ids), top_k + (1 if (drop_all or drop) else 0))
     q = np.ascontiguousarray(queries, dtype=np.float32)
     run: dict[str, dict[str, float]] = {}
     for start in range(0, len(query_ids), batch_size):
@@ -121,7 +125,7 @@ def search(
                 if i < 0:
                     continue
                 did = doc_ids[i]
-                if exclude_self and did == qid:
+                if did == qid and (drop_all or qid in drop):
                     continue
                 hits[did] = float(s)
                 if len(hits) == top_k:

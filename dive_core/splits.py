@@ -68,30 +68,63 @@ def eval_queries(manifest: Mapping, stage: str) -> list[str]:
 
 
 def seen_queries(
-    relevant: Mapping[str, set[str]], reference: Iterable[str], evaluated: Iterable[str]
+    relevant: Mapping[str, set[str]], reference: Iterable[str], evaluated: Iterable[str],
+    self_ids: Iterable[str] = (),
 ) -> list[str]:
-    """Evaluated queries with a relevant doc that is also a positive of a reference query."""
+    """Evaluated queries with a relevant doc that is also a positive of a reference query, or -
+    where queries are corpus documents (``self_ids``: the queries that are their own corpus
+    document) - whose own document is such a positive (the trained pair reversed)."""
     seen_docs = set().union(*(relevant[q] for q in reference)) if reference else set()
-    return [q for q in evaluated if relevant[q] & seen_docs]
+    self_ids = set(self_ids)
+    return [q for q in evaluated if relevant[q] & seen_docs or (q in self_ids and q in seen_docs)]
+
+
+def _norm(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def identical_ids(ds: BeirDataset, queries: Iterable[str], queries_in_corpus: bool | None) -> dict:
+    """Which queries are their own corpus document (so that document is never retrieved for
+    them, never their negative, and a training positive equal to them makes them `seen`).
+
+    ``queries_in_corpus`` is the registry key: True (ArguAna, Quora, CQADupStack) - every query
+    whose id is a corpus id; False - none; None (key absent) - a rule that cannot misfire on
+    collections that number queries and documents independently: the id is a corpus id AND the
+    query text equals that document's text (or title + text), whitespace-normalised."""
+    corpus = ds.corpus
+    if queries_in_corpus is True:
+        rule, ids = "registry: queries are corpus documents", [q for q in queries if q in corpus]
+    elif queries_in_corpus is False:
+        rule, ids = "registry: query and document ids are unrelated", []
+    else:
+        rule = "same id and same text"
+        ids = [q for q in queries if q in corpus and _norm(ds.queries.get(q, "")) in
+               (_norm(corpus[q].get("text", "")), _norm(ds.doc_text(q)))]
+    return {"rule": rule, "queries_in_corpus": queries_in_corpus, "n": len(ids), "ids": sorted(ids)}
 
 
 def make_manifest(
-    ds: BeirDataset, dataset: str, seed: int, fractions: Sequence[float] = (0.6, 0.2, 0.2)
+    ds: BeirDataset, dataset: str, seed: int, fractions: Sequence[float] = (0.6, 0.2, 0.2),
+    queries_in_corpus: bool | None = None,
 ) -> dict:
     relevant = ds.relevant()
     merged = ds.all_qrels()
     ids = split_ids(judged_queries(relevant), seed, fractions)
+    same = identical_ids(ds, [q for r in ROLES for q in ids[r]], queries_in_corpus)
     overlap = {}
     for stage, spec in STAGES.items():
         reference = [q for r in spec["train_roles"] for q in ids[r]]
         role = spec["eval_role"]
-        seen = seen_queries(relevant, reference, ids[role])
+        seen = seen_queries(relevant, reference, ids[role], same["ids"])
+        positives = set().union(*(relevant[q] for q in reference)) if reference else set()
         overlap[role] = {
             "stage": stage,
             "reference_roles": list(spec["train_roles"]),
             "n_queries": len(ids[role]),
             "n_seen": len(seen),
             "n_unseen": len(ids[role]) - len(seen),
+            # seen only because the query itself is a training positive (the pair reversed)
+            "n_seen_reversed": sum(1 for q in seen if not relevant[q] & positives),
             "seen_ids": seen,
         }
     return {
@@ -105,6 +138,7 @@ def make_manifest(
         "stages": {s: {"train_roles": list(v["train_roles"]), "eval_role": v["eval_role"]}
                    for s, v in STAGES.items()},
         "document_overlap": overlap,
+        "identical_ids": same,
         "ids": ids,
         # evaluation (and training) qrels of each role: all rows, any qrels file
         "qrels": {r: {q: dict(sorted(merged[q].items())) for q in ids[r]} for r in ROLES},

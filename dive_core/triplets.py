@@ -5,7 +5,8 @@ trains on the same file. For each training query and each of its positives (scor
 qrels file), ``num_negatives`` negatives are drawn:
 
 * ``random`` (default, Search-Adaptor's published setting): uniformly from the corpus, excluding
-  every document judged relevant for the query and the document whose id equals the query id;
+  every document judged relevant for the query and the query itself where it is a corpus
+  document (``self_ids``: the split manifest's ``identical_ids``);
 * ``hard``: from the frozen full-dimension top-``hard_pool`` of the query, minus the same
   exclusions (topped up with random negatives when the pool runs short).
 
@@ -82,9 +83,12 @@ def build_triplets(
     hard_candidates: Mapping[str, Sequence[str]] | None = None,
     max_per_query: int | None = None,
     excluded_docs: set[str] | frozenset[str] = frozenset(),
+    self_ids: set[str] | frozenset[str] | None = None,
 ) -> Triplets:
     """Triplets for ``train_qids``; ``qrels`` is the merged ``{qid: {doc: score}}`` table;
-    ``max_per_query`` and ``excluded_docs``: see the module docstring."""
+    ``max_per_query`` and ``excluded_docs``: see the module docstring; ``self_ids``: the queries
+    that are their own corpus document (the split manifest's ``identical_ids``), whose document
+    is never their negative (None: every query whose id is a corpus id, the older rule)."""
     if max_per_query is not None and int(max_per_query) < 1:
         raise ValueError(f"triplets.max_per_query must be >= 1 or null, got {max_per_query}")
     if mode not in ("random", "hard"):
@@ -98,7 +102,8 @@ def build_triplets(
     for qid in sorted(set(train_qids)):
         judged = qrels.get(qid, {})
         positives = sorted(d for d, s in judged.items() if s > 0 and d not in excluded_docs)
-        excluded = set(positives) | {qid} | set(excluded_docs)
+        own = {qid} if self_ids is None or qid in self_ids else set()
+        excluded = set(positives) | own | set(excluded_docs)
         start = len(rows)
         for pos in positives:
             rng = pair_rng(seed, qid, pos)

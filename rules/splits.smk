@@ -15,5 +15,6 @@ rule make_splits:
     params:
         seed=config["split"]["seed"],
         fractions=config["split"]["fractions"],
+        queries_in_corpus=lambda wc: registry_entry(wc.dataset).get("queries_in_corpus"),
     script:
         "../workflow_scripts/make_splits.py"

@@ -228,3 +228,20 @@ def test_train_positive_share_by_hand():
     # q's top 2 = d1 (positive), d2 (not): 1/2; r: none of its top 2; s: no results at all
     assert train_positive_share(run, {"d1", "d3"}, ["q", "r", "s"], depth=2) == {"q": 0.5, "r": 0.0, "s": 0.0}
     assert train_positive_share(run, {"d1", "d3"}, ["q"], depth=10)["q"] == 0.2
+
+
+def test_search_drops_identical_ids_only_for_listed_queries():
+    import numpy as np
+
+    from dive_core.retrieval import search
+
+    docs = np.array([[1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [0.0, 0.0, 1.0]], dtype=np.float32)
+    dids, qids = ["1", "2", "3"], ["1", "2"]
+    queries = docs[:2].copy()  # query "1" is closest to document "1", query "2" to document "2"
+    both = search(docs, dids, queries, qids, top_k=2, use_gpu=False, exclude_self=True)
+    assert [list(both[q])[0] for q in qids] == ["2", "1"]  # BEIR convention: own id never retrieved
+    listed = search(docs, dids, queries, qids, top_k=2, use_gpu=False, exclude_self=["2"])
+    assert list(listed["1"])[0] == "1" and "2" not in listed["2"]  # "1" is another item: kept
+    assert len(listed["1"]) == 2 and len(listed["2"]) == 2
+    none = search(docs, dids, queries, qids, top_k=2, use_gpu=False, exclude_self=False)
+    assert [list(none[q])[0] for q in qids] == ["1", "2"]

@@ -184,3 +184,44 @@ def test_shared_scifact_sanity_counts():
     assert m["counts"] == {"train": 665, "validation": 221, "test": 223}
     assert m["document_overlap"]["test"]["n_seen"] == 163
     assert m["document_overlap"]["test"]["n_queries"] == 223
+
+
+def _numbered_collection() -> BeirDataset:
+    """Queries and documents numbered independently ("1", "2", ...), except query "q7", which
+    is also corpus document "q7" with the same text (an ArguAna-style item)."""
+    corpus = {str(i): {"title": "", "text": f"document {i}"} for i in range(1, 30)}
+    corpus["q7"] = {"title": "", "text": "the q7 argument"}
+    queries = {str(i): f"query {i}" for i in range(1, 25)}
+    queries["q7"] = "the  q7 argument "
+    qrels = {q: {str((int(q) % 29) + 1): 1} for q in queries if q != "q7"}
+    qrels["3"] = {"3": 1}  # query 3's relevant document is document 3: unrelated items
+    qrels["q7"] = {"5": 1}
+    qrels["20"] = {"q7": 1}  # a training query whose positive is the query q7 itself
+    return BeirDataset(Path("."), corpus, queries, {"test": qrels}, {})
+
+
+def test_identical_ids_rule_by_registry_key():
+    ds = _numbered_collection()
+    qids = list(ds.queries)
+    # key absent: only same id AND same text ("3" is a corpus id, but another item)
+    assert splits.identical_ids(ds, qids, None)["ids"] == ["q7"]
+    # queries are corpus documents (ArguAna, Quora, CQADupStack): every id that is a corpus id
+    assert splits.identical_ids(ds, qids, True)["ids"] == sorted(q for q in qids if q in ds.corpus)
+    assert splits.identical_ids(ds, qids, False)["ids"] == []
+
+
+def test_reversed_pair_makes_a_query_seen():
+    relevant = {"20": {"q7"}, "q7": {"5"}, "4": {"6"}}
+    # q7's relevant doc "5" is no training positive, but q7 itself is one (of query 20)
+    assert splits.seen_queries(relevant, ["20"], ["q7", "4"], self_ids=["q7"]) == ["q7"]
+    assert splits.seen_queries(relevant, ["20"], ["q7", "4"]) == []
+    ds = _numbered_collection()
+    for seed in range(200):  # a split with q7 a test query and query 20 a training query
+        m = splits.make_manifest(ds, "numbered", seed=seed, queries_in_corpus=None)
+        if "q7" in m["ids"]["test"] and "20" in splits.train_queries(m, "final"):
+            break
+    assert m["identical_ids"]["ids"] == ["q7"] and m["identical_ids"]["rule"] == "same id and same text"
+    assert "q7" in m["document_overlap"]["test"]["seen_ids"]
+    assert m["document_overlap"]["test"]["n_seen_reversed"] == 1
+    plain = splits.make_manifest(ds, "numbered", seed=seed, queries_in_corpus=False)
+    assert "q7" not in plain["document_overlap"]["test"]["seen_ids"]

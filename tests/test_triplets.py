@@ -195,3 +195,16 @@ def test_doc_disjoint_triplets_never_contain_an_excluded_document():
     assert sorted(set(zip(t.query_ids, t.pos_ids))) == [("q1", "d01"), ("q2", "d05"), ("q4", "d11"),
                                                          ("q4", "d12"), ("qx", "d07")]
     assert len(t) == 5 * 5
+
+
+def test_self_ids_decide_the_never_a_negative_exclusion():
+    # "qx" is a query id and a corpus id; with self_ids = {} it is another item, so it may be drawn
+    drawn = Counter()
+    for seed in range(40):
+        t = T.build_triplets(QRELS, ["qx"], DOCS, seed=seed, num_negatives=20, self_ids=set())
+        drawn.update(t.neg_ids)
+    assert drawn["qx"] > 0
+    for seed in range(40):
+        for self_ids in ({"qx"}, None):  # listed, or the older rule (every id that is a corpus id)
+            t = T.build_triplets(QRELS, ["qx"], DOCS, seed=seed, num_negatives=20, self_ids=self_ids)
+            assert "qx" not in t.neg_ids

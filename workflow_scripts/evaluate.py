@@ -18,7 +18,7 @@ meta = method.meta
 result = {
     "dataset": w.dataset, "backbone": w.backbone, "method": w.method, "method_type": method.type,
     "stage": w.stage, "seed": int(w.seed), "k": method.k, "d": method.d,
-    **{k: summary[k] for k in ("role", "n_queries", "metrics", "subsets", "diagnostics", "top_k")},
+    **{k: summary[k] for k in ("role", "n_queries", "metrics", "subsets", "diagnostics", "top_k", "identical_ids")},
     "config": {**snakemake.params.config_snapshot, "hparams": method.hp, "negatives": meta.get("negatives"),
                "n_triplets": meta.get("n_triplets"), "n_train_queries": meta.get("n_train_queries"),
                "selected": meta.get("selected")},

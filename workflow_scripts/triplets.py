@@ -29,7 +29,8 @@ if variant == "docdisjoint":  # every document relevant to a query this stage ev
     excluded = {d for rel in eval_qrels.values() for d, s in rel.items() if s > 0}
     meta_extra["doc_disjoint"] = {"excluded_docs": len(excluded), "eval_role": splits.STAGES[w.stage]["eval_role"]}
 t = triplets.build_triplets(qrels, train_qids, ds.doc_ids, int(p.seed), int(p.num_negatives),
-                            mode, hard, max_per_query=p.max_per_query, excluded_docs=excluded)
+                            mode, hard, max_per_query=p.max_per_query, excluded_docs=excluded,
+                            self_ids=set(manifest["identical_ids"]["ids"]) if "identical_ids" in manifest else None)
 triplets.write_triplets(snakemake.output.tsv, t)
 meta = {
     "dataset": w.dataset, "backbone": w.backbone, "stage": w.stage, "negatives": w.negatives,
