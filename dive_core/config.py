@@ -275,6 +275,26 @@ def experiment_runs(config: Mapping, name: str) -> list[dict]:
             for ds in exp["datasets"] for m in exp["methods"] for seed in exp["seeds"]]
 
 
+_CHECKED: dict[tuple, None] = {}
+
+
+def check_method(config: Mapping, mname: str, d: int, k: int, where: str) -> None:
+    """Build the method as its jobs will (d, k, resolved hyperparameters): every value's type and
+    range is checked by the method itself (a value given on the command line as a string, such
+    as heads: '7', is refused, not multiplied), and DIVE's k*H <= d. Errors name the key."""
+    from .methods import method_class
+
+    hp = method_hparams(config, mname)
+    key = (mname, d, k, repr(sorted(hp.items())))
+    if key in _CHECKED:
+        return
+    try:
+        method_class(method_type(config, mname))(d, k, hp, 0, "cpu")
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"config: methods.{mname} ({where}, d = {d}, k = {k}): {exc}") from None
+    _CHECKED[key] = None
+
+
 def check(config: Mapping, registry: Mapping[str, dict], deep: bool = True) -> None:
     """Raise :class:`ConfigError` naming the offending key. ``deep`` also resolves every
     method's hyperparameters (imports the method implementations, hence torch)."""
@@ -317,13 +337,8 @@ def check(config: Mapping, registry: Mapping[str, dict], deep: bool = True) -> N
                 raise ConfigError(f"config: experiments.{ename}.backbones: {bname!r} is not defined under backbones")
             d = int(config["backbones"][bname]["dim"])
             for mname in exp["methods"]:
-                hp = method_hparams(config, mname)
-                k = method_k(config, bname, mname, exp["dim"])
-                if "heads" in hp and k * int(hp["heads"]) > d:
-                    raise ConfigError(
-                        f"config: methods.{mname}: k*H = {k}*{hp['heads']} = {k * int(hp['heads'])} exceeds "
-                        f"d = {d} of backbone {bname} at its {exp['dim']} dimension (experiments.{ename}, "
-                        f"backbones.{bname}.dims.{exp['dim']}); DIVE needs k*H <= d")
+                check_method(config, mname, d, method_k(config, bname, mname, exp["dim"]),
+                             f"experiments.{ename}, backbone {bname} at its {exp['dim']} dimension")
     for base, values in (selection_settings(config).get("lr_audit") or {}).items():
         if len(values) != 3:
             raise ConfigError(f"config: selection.lr_audit.{base} has {len(values)} candidates; the audit "

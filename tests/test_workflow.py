@@ -284,6 +284,16 @@ def test_bad_config_is_reported_with_its_key(tmp_path):
     bad.write_text("training:\n  epochs: -1\n")
     proc = snakemake(tmp_path, "--configfile", str(REPO / "config" / "test.yaml"), str(bad), "-n", check=False)
     assert proc.returncode != 0 and "epochs" in proc.stdout + proc.stderr
+    # --config delivers nested values as strings: refused with the key, never multiplied as text
+    proc = snakemake(tmp_path, "-n", "--config", "methods={dive: {heads: 7}}", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "config: methods.dive (experiments.main" in out
+    assert "hyperparameter 'heads' must be an integer >= 1 (a string was given" in out and "got '7'" in out
+    assert "7777" not in out
+    bad.write_text("methods:\n  dive:\n    heads: 7\n")  # an integer, but k*H > d
+    proc = snakemake(tmp_path, "--configfile", str(REPO / "config" / "test.yaml"), str(bad), "-n", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "k*H = 64*7 = 448 exceeds the embedding dimension d = 384" in out
 
 
 def test_llm2vec_backbone_through_the_workflow(workdir, tmp_path):

@@ -16,6 +16,9 @@ def _fail(method: str, key: str, value: Any, want: str) -> ValueError:
 def as_int(method: str, hp: Mapping[str, Any], key: str, minimum: int = 1) -> int:
     """An integer >= ``minimum`` (integral floats such as 2048.0 are accepted; bools are not)."""
     v = hp[key]
+    if isinstance(v, str):  # e.g. from snakemake --config, which passes nested values as text
+        raise _fail(method, key, v, f"an integer >= {minimum} (a string was given: --config passes nested values "
+                                    "as text; set it in a --configfile)")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer():
         raise _fail(method, key, v, f"an integer >= {minimum}")
     if int(v) < minimum:
