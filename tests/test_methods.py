@@ -210,3 +210,23 @@ def test_a_new_method_needs_only_a_registered_class_and_a_config_entry(problem, 
         assert np.array_equal(Method.load(tmp_path / "m.pt").compress(problem.docs), m.compress(problem.docs))
     finally:
         METHODS.pop("ninth_for_test", None)
+
+
+def test_pca_covariance_in_chunks_equals_the_svd(problem):
+    """The chunked float64 covariance gives the SVD's subspace (and, with the sign rule, the
+    same components up to floating point), whatever the chunk size."""
+    import torch
+
+    from dive_core.methods.pca import covariance
+
+    x = torch.as_tensor(problem.docs).double()
+    _, _, vh = torch.linalg.svd(x - x.mean(0), full_matrices=False)
+    for chunk in (7, 64, 100_000):
+        mean, cov = covariance(torch.as_tensor(problem.docs), chunk=chunk)
+        assert torch.allclose(mean, x.mean(0), atol=1e-12)
+        assert torch.allclose(cov, torch.cov(x.T, correction=0), atol=1e-10)
+    m = new_method("pca", problem.d, problem.k, {}, 0)
+    m.fit(problem.train, TrainLog(), progress=False)
+    ref = vh[: problem.k].T
+    ref = ref * torch.sign(ref.gather(0, ref.abs().argmax(0, keepdim=True)))
+    assert torch.allclose(m.components.double(), ref, atol=1e-4)

@@ -1,13 +1,30 @@
 """PCA: fit on the corpus embeddings (no labels), project to k, normalise.
 
 Decision: the corpus mean is subtracted before projecting (standard PCA; queries are centred
-with the same corpus mean). Components come from an exact SVD in float64, so the fit is
-deterministic; their signs do not affect inner-product rankings.
+with the same corpus mean). Components are the top-k eigenvectors of the d x d covariance,
+accumulated in float64 over chunks of rows (memory: one d x d matrix, not a copy of the corpus;
+a full SVD of a 500k x 4096 corpus would need tens of GB), so the fit is deterministic; their
+signs (fixed: the largest-magnitude entry of each is positive) do not affect inner-product
+rankings.
 """
 
 import torch
 
 from .base import Method, register
+
+
+def covariance(x: torch.Tensor, chunk: int = 65536) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (population) covariance of the rows of ``x``, accumulated in float64 over
+    ``chunk`` rows at a time."""
+    n, d = x.shape
+    total = torch.zeros(d, dtype=torch.float64)
+    gram = torch.zeros(d, d, dtype=torch.float64)
+    for start in range(0, n, chunk):
+        c = x[start:start + chunk].detach().cpu().double()
+        total += c.sum(0)
+        gram += c.T @ c
+    mean = total / n
+    return mean, gram / n - torch.outer(mean, mean)
 
 
 @register
@@ -22,13 +39,16 @@ class PCA(Method):
         import time
 
         t0 = time.perf_counter()
-        x = data.docs.detach().double().cpu()
-        mean = x.mean(0)
-        _, s, vh = torch.linalg.svd(x - mean, full_matrices=False)
+        mean, cov = covariance(data.docs)
+        evals, evecs = torch.linalg.eigh(cov)  # ascending
+        order = torch.argsort(evals, descending=True, stable=True)[: self.k]
+        comps = evecs[:, order]
+        signs = torch.sign(comps.gather(0, comps.abs().argmax(0, keepdim=True)))
+        comps = comps * torch.where(signs == 0, torch.ones_like(signs), signs)
         self.mean = mean.float()
-        self.components = vh[: self.k].T.float().contiguous()
-        var = s**2
-        log.add({"epoch": 1, "phase": "fit", "explained_variance": float(var[: self.k].sum() / var.sum()),
+        self.components = comps.float().contiguous()
+        var = evals.clamp_min(0)
+        log.add({"epoch": 1, "phase": "fit", "explained_variance": float(var[order].sum() / var.sum()),
                  "total": 0.0, "seconds": time.perf_counter() - t0})
 
     def transform(self, x):
