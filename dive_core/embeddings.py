@@ -178,8 +178,8 @@ def read_embeddings(path: str | Path, normalize: bool = True) -> Embeddings:
         with h5py.File(path, "r") as f:
             doc_ids = [s.decode() if isinstance(s, bytes) else s for s in f["corpus/ids"][()]]
             query_ids = [s.decode() if isinstance(s, bytes) else s for s in f["queries/ids"][()]]
-            docs = f["corpus/emb"][()].astype(np.float32)
-            queries = f["queries/emb"][()].astype(np.float32)
+            docs = np.asarray(f["corpus/emb"][()], dtype=np.float32)  # no copy when stored as float32
+            queries = np.asarray(f["queries/emb"][()], dtype=np.float32)
             raw = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
     except (OSError, KeyError) as exc:
         raise ValueError(f"{path}: not a valid embedding file: {exc}") from exc
@@ -193,9 +193,18 @@ def read_embeddings(path: str | Path, normalize: bool = True) -> Embeddings:
             or len(query_ids) != len(queries) or docs.shape[1] != queries.shape[1]:
         raise ValueError(f"{path}: not a valid embedding file: {len(doc_ids)} doc ids / "
                          f"{docs.shape} docs, {len(query_ids)} query ids / {queries.shape} queries")
-    if normalize:
-        docs, queries = l2_normalize(docs), l2_normalize(queries)
+    if normalize:  # in place, in chunks: the peak stays near one copy of the corpus matrix
+        normalize_rows_(docs)
+        normalize_rows_(queries)
     return Embeddings(doc_ids, docs, query_ids, queries, attrs)
+
+
+def normalize_rows_(x: np.ndarray, eps: float = 1e-12, chunk: int = 65536) -> np.ndarray:
+    """L2-normalise the rows of a float32 matrix in place (same result as :func:`l2_normalize`)."""
+    for s in range(0, x.shape[0], chunk):
+        block = x[s:s + chunk]
+        block /= np.maximum(np.linalg.norm(block, axis=1, keepdims=True), eps)
+    return x
 
 
 def embed_dataset(

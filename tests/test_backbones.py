@@ -373,3 +373,13 @@ def test_inconsistent_inputs_and_files_rejected(tmp_path):
         f.attrs["meta"] = json.dumps({"k": 1})
     with pytest.raises(ValueError, match="2 doc ids"):
         read_embeddings(tmp_path / "bad.h5")
+
+
+def test_in_place_normalisation_equals_l2_normalize():
+    from dive_core.embeddings import l2_normalize, normalize_rows_
+
+    x = np.random.default_rng(0).standard_normal((1000, 33)).astype(np.float32)
+    x[5] = 0.0  # a zero row stays zero
+    expected = l2_normalize(x)
+    out = normalize_rows_(x, chunk=7)
+    assert out is x and np.array_equal(out, expected)
