@@ -11,7 +11,16 @@ Layout::
                      json_attrs: JSON list of the attributes stored as JSON strings
 
 ``content_sha256`` hashes ids and matrices, so two files with the same vectors have the same
-fingerprint whatever HDF5 does with its own metadata.
+fingerprint whatever HDF5 does with its own metadata. The matrices are stored without
+compression: float vectors barely compress (gzip saved a few percent on MiniLM vectors) and every
+later job would pay the decompression.
+
+Embedding is resumable: :func:`embed_dataset` fills memory-mapped matrices in
+``<out>.partial/`` batch by batch and logs each completed batch, so no whole-corpus buffer is
+held in memory and a killed job (hours into an LLM2Vec corpus) resumes from the last completed
+batch; the work folder is keyed by everything that decides the vectors (ids, texts, backbone,
+batch size) and removed once the final file is written. Batches are fixed (length-sorted), so
+a resumed run writes exactly the vectors of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -31,13 +40,43 @@ from .atomic import atomic_path
 log = logging.getLogger(__name__)
 
 
-def content_sha256(parts: Sequence[tuple[Sequence[str], np.ndarray]]) -> str:
+def content_sha256(parts: Sequence[tuple[Sequence[str], np.ndarray]], chunk: int = 65536) -> str:
     h = hashlib.sha256()
     for ids, mat in parts:
         h.update("\n".join(ids).encode("utf-8"))
         h.update(b"\0")
-        h.update(np.ascontiguousarray(mat, dtype="<f4").tobytes())
+        for s in range(0, len(mat), chunk):  # in row chunks: no copy of the whole matrix
+            h.update(np.ascontiguousarray(mat[s:s + chunk], dtype="<f4").tobytes())
     return h.hexdigest()
+
+
+class ResumableMatrix:
+    """A float32 (n, dim) matrix filled batch by batch: ``<dir>/<name>.npy`` (memory-mapped)
+    plus ``<dir>/<name>.done``, an append-only log of completed batch numbers. A batch is logged
+    only after its rows are flushed, so a kill at any point loses at most the batch in flight."""
+
+    def __init__(self, directory: Path, name: str, n: int, dim: int):
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path, self.log = directory / f"{name}.npy", directory / f"{name}.done"
+        if self.path.exists():
+            self.matrix = np.load(self.path, mmap_mode="r+")
+            if self.matrix.shape != (n, dim):
+                raise RuntimeError(f"{self.path}: shape {self.matrix.shape}, expected {(n, dim)}")
+        else:
+            self.matrix = np.lib.format.open_memmap(self.path, mode="w+", dtype=np.float32, shape=(n, dim))
+            self.log.unlink(missing_ok=True)
+        self.done: set[int] = set()
+        if self.log.exists():
+            for line in self.log.read_text(encoding="utf-8").splitlines():
+                if line.strip().isdigit():
+                    self.done.add(int(line))
+
+    def mark(self, batch: int) -> None:
+        self.matrix.flush()
+        with open(self.log, "a", encoding="utf-8") as fh:
+            fh.write(f"{batch}\n")
+            fh.flush()
+        self.done.add(batch)
 
 
 def length_sorted_batches(texts: Sequence[str], batch_size: int) -> list[np.ndarray]:
@@ -53,14 +92,23 @@ def encode_all(
     batch_size: int,
     desc: str,
     progress: bool = True,
+    store: ResumableMatrix | None = None,
 ) -> np.ndarray:
+    """Vectors of ``texts`` in input order, encoded in length-sorted batches; with ``store``,
+    written into its memory-mapped matrix, skipping the batches it already holds."""
     from tqdm import tqdm
 
-    out = np.zeros((len(texts), dim), dtype=np.float32)
+    out = store.matrix if store is not None else np.zeros((len(texts), dim), dtype=np.float32)
     batches = length_sorted_batches(texts, batch_size)
+    skip = store.done if store is not None else set()
+    if skip:
+        log.info("%s: resuming, %d of %d batches already encoded", desc, len(skip), len(batches))
     with tqdm(total=len(texts), desc=desc, unit="text", disable=not progress,
               mininterval=5.0) as bar:
-        for idx in batches:
+        for b, idx in enumerate(batches):
+            if b in skip:
+                bar.update(len(idx))
+                continue
             vecs = np.asarray(encode([texts[i] for i in idx]))
             if vecs.shape != (len(idx), dim):
                 raise RuntimeError(f"{desc}: encoder returned shape {vecs.shape}, expected {(len(idx), dim)}")
@@ -69,6 +117,8 @@ def encode_all(
             if not np.isfinite(vecs).all():
                 raise RuntimeError(f"{desc}: encoder returned non-finite values")
             out[idx] = vecs
+            if store is not None:
+                store.mark(b)
             bar.update(len(idx))
     return out
 
@@ -128,8 +178,9 @@ def write_embeddings(
                 g = f.create_group(group)
                 g.create_dataset("ids", data=np.asarray(list(ids), dtype=object), dtype=str_dt,
                                  track_times=False)
-                g.create_dataset("emb", data=np.asarray(mat, dtype=np.float32), track_times=False,
-                                 chunks=True, compression="gzip", compression_opts=1, shuffle=True)
+                ds = g.create_dataset("emb", shape=np.shape(mat), dtype=np.float32, track_times=False)
+                for s in range(0, len(mat), 65536):  # in row chunks: no second copy in memory
+                    ds[s:s + 65536] = np.asarray(mat[s:s + 65536], dtype=np.float32)
             for k, v in plain.items():
                 f.attrs[k] = v
             f.attrs[JSON_ATTRS] = json.dumps(json_keys)
@@ -224,10 +275,24 @@ def embed_dataset(
             raise ValueError(f"{name}: {len(ids)} ids but {len(texts)} texts")
         if len(set(ids)) != len(ids):
             raise ValueError(f"{name}: duplicate ids")
+    import shutil
+
+    work = Path(str(out_path) + ".partial")
+    key = hashlib.sha256(json.dumps(
+        {"backbone": backbone.id, "dim": backbone.dim, "device": backbone.device, "batch_size": batch_size,
+         "attributes": backbone.attributes, "docs": [list(doc_ids), list(doc_texts)],
+         "queries": [list(query_ids), list(query_texts)]}, sort_keys=True, default=_json_default).encode()).hexdigest()
+    if work.exists() and (work / "key").is_file() and (work / "key").read_text() != key:
+        log.info("%s: left by a run with other inputs; starting afresh", work)
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "key").write_text(key)
     t0 = time.perf_counter()
-    docs = encode_all(backbone.encode_docs, doc_texts, backbone.dim, batch_size, "corpus", progress)
+    docs = encode_all(backbone.encode_docs, doc_texts, backbone.dim, batch_size, "corpus", progress,
+                      ResumableMatrix(work, "corpus", len(doc_ids), backbone.dim))
     t1 = time.perf_counter()
-    queries = encode_all(backbone.encode_queries, query_texts, backbone.dim, batch_size, "queries", progress)
+    queries = encode_all(backbone.encode_queries, query_texts, backbone.dim, batch_size, "queries", progress,
+                         ResumableMatrix(work, "queries", len(query_ids), backbone.dim))
     t2 = time.perf_counter()
     attrs = {
         "backbone": backbone.id,
@@ -241,6 +306,8 @@ def embed_dataset(
         "seconds_queries": round(t2 - t1, 3),
     }
     sha = write_embeddings(out_path, doc_ids, docs, query_ids, queries, attrs)
+    del docs, queries
+    shutil.rmtree(work, ignore_errors=True)
     log.info("wrote %s: %d docs, %d queries, dim %d (%.1fs + %.1fs)", out_path, len(doc_ids),
              len(query_ids), backbone.dim, t1 - t0, t2 - t1)
     return {"content_sha256": sha, "seconds_corpus": t1 - t0, "seconds_queries": t2 - t1}

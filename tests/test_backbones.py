@@ -327,15 +327,17 @@ def test_embed_dataset_bad_encoder_leaves_no_file(tmp_path, bad, match):
     with pytest.raises(RuntimeError, match=match):
         run_embed(FakeBackbone(bad=bad), out)
     assert not out.exists()
-    assert list(tmp_path.iterdir()) == []  # no temporary left behind either
+    # no temporary file; only the resumable work folder of the completed batches
+    assert [p.name for p in tmp_path.iterdir()] == ["emb.h5.partial"]
 
     # an existing good file is left untouched by a failed rerun
     run_embed(FakeBackbone(), out)
+    assert [p.name for p in tmp_path.iterdir()] == ["emb.h5"]  # work folder removed on success
     before = out.read_bytes()
     with pytest.raises(RuntimeError, match=match):
         run_embed(FakeBackbone(bad=bad), out)
     assert out.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["emb.h5"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb.h5", "emb.h5.partial"]
 
 
 def test_failure_while_writing_is_atomic(tmp_path):
@@ -343,7 +345,42 @@ def test_failure_while_writing_is_atomic(tmp_path):
     with pytest.raises(TypeError):
         embed_dataset(FakeBackbone(), DOC_IDS, DOC_TEXTS, QUERY_IDS, QUERY_TEXTS, out, 3,
                       extra_attrs={"bad": object()}, progress=False)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["emb.h5.partial"]  # no half-written emb.h5
+
+
+class CrashingBackbone(FakeBackbone):
+    """Dies (like a killed job) after ``after`` document batches."""
+
+    def __init__(self, after: int):
+        super().__init__()
+        self.after = after
+
+    def encode_docs(self, texts):
+        if sum(kind == "doc" for kind, _ in self.calls) >= self.after:
+            raise KeyboardInterrupt("killed")
+        return super().encode_docs(texts)
+
+
+def test_a_killed_embedding_resumes_and_gives_the_same_file_content(tmp_path):
+    full = run_embed(FakeBackbone(), tmp_path / "full.h5")["content_sha256"]
+    out = tmp_path / "emb.h5"
+    with pytest.raises(KeyboardInterrupt):
+        run_embed(CrashingBackbone(after=2), out)
+    assert not out.exists() and (tmp_path / "emb.h5.partial" / "corpus.done").read_text().split() == ["0", "1"]
+    again = FakeBackbone()
+    info = run_embed(again, out)
+    assert [len(t) for kind, t in again.calls if kind == "doc"] == [1]  # only the third batch
+    assert info["content_sha256"] == full
+    assert read_embeddings(out).attrs["content_sha256"] == full
+    assert not (tmp_path / "emb.h5.partial").exists()
+    # a work folder left by other inputs is discarded, not mixed in
+    with pytest.raises(KeyboardInterrupt):
+        run_embed(CrashingBackbone(after=1), tmp_path / "other.h5")
+    changed = list(DOC_TEXTS)
+    changed[0] = "changed text"
+    fresh = FakeBackbone()
+    run_embed(fresh, tmp_path / "other.h5", doc_texts=changed)
+    assert len([1 for kind, _ in fresh.calls if kind == "doc"]) == 3
 
 
 def test_inconsistent_inputs_and_files_rejected(tmp_path):
