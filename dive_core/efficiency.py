@@ -137,6 +137,27 @@ def unit_vectors(n: int, d: int, seed: int = 0, chunk: int = 100_000) -> np.ndar
     return out
 
 
+def compressed_test_vectors(embeddings_path, splits_path, runs, checkpoints):
+    """For each ``(method, k)`` of ``runs`` and its checkpoint: ``(method, k, method object,
+    compressed corpus, compressed test queries)``, plus the embeddings and split manifest that
+    the caller needs, as ``(emb, manifest, items)``."""
+    from .atomic import read_json
+    from .embeddings import read_embeddings
+    from .methods import Method
+    from .splits import eval_queries
+
+    emb = read_embeddings(embeddings_path)
+    manifest = read_json(splits_path)
+    qrows = emb.query_rows(eval_queries(manifest, "final"))
+
+    def items():
+        for (method, k), path in zip(runs, checkpoints):
+            m = Method.load(path)
+            yield method, int(k), m, m.compress(emb.docs), m.compress(qrows)
+
+    return emb, manifest, items()
+
+
 def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, doc_ids, manifest, stage: str,
                   top_k: int = 100, encodings: Sequence[str] | None = None) -> list[dict]:
     """Held-out quality of one method's compressed vectors under every encoding of
