@@ -30,8 +30,8 @@ retriever = EvaluateRetrieval(DenseRetrievalExactSearch(BeirDenseModel(folder), 
                               score_function="dot", k_values=[10, 100])
 results = retriever.retrieve(corpus, queries)
 ndcg, _map, recall, _p = retriever.evaluate(qrels, results, [10, 100])
-print(f"BEIR: {len(queries)} queries, nDCG@10 {ndcg['NDCG@10']:.4f}, Recall@10 {recall['Recall@10']:.4f}, "
-      f"Recall@100 {recall['Recall@100']:.4f}")
+print(f"BEIR: {len(queries)} queries, nDCG@10 {ndcg['NDCG@10']:.5f}, Recall@10 {recall['Recall@10']:.5f}, "
+      f"Recall@100 {recall['Recall@100']:.5f} (BEIR rounds to 5 decimals)")
 workflow = json.loads((run / "eval.json").read_text())["metrics"]
-print(f"workflow eval.json: nDCG@10 {workflow['ndcg@10']:.4f}, Recall@10 {workflow['recall@10']:.4f}, "
-      f"Recall@100 {workflow['recall@100']:.4f}")
+print(f"workflow eval.json: nDCG@10 {workflow['ndcg@10']:.5f}, Recall@10 {workflow['recall@10']:.5f}, "
+      f"Recall@100 {workflow['recall@100']:.5f}")

@@ -7,12 +7,15 @@ EXPORT_DIR defaults to the SciFact DIVE-64d run (build it with
 the workflow's stored MiniLM embeddings, compressed with the exported compressor alone (no
 re-encoding); the two queries are new texts encoded by the exported sentence-transformers model.
 """
+import os
 import sys
+from pathlib import Path
 
 import faiss
 from sentence_transformers import SentenceTransformer
 
 from dive_core import load_compressor
+from dive_core.data import load_beir
 from dive_core.embeddings import read_embeddings
 
 folder = sys.argv[1] if len(sys.argv) > 1 else "results/scifact/minilm/dive/k64/final/seed2027/export"
@@ -29,7 +32,9 @@ texts = ["Vitamin D supplementation reduces the risk of fractures in older adult
 queries = model.encode(texts)  # (2, 64)
 print(f"documents {docs.shape}, {docs.nbytes / 2**20:.2f} MiB; queries {queries.shape}")
 scores, rows = index.search(queries, 3)
+titles = {d: doc["title"] for d, doc in
+          load_beir(Path(os.environ.get("BEIR_DATA_DIR", "../shared/data/beir")) / "scifact").corpus.items()}
 for text, s, r in zip(texts, scores, rows):
     print(text)
     for score, row in zip(s, r):
-        print(f"  {score:.3f}  doc {stored.doc_ids[row]}")
+        print(f"  {score:.3f}  doc {stored.doc_ids[row]}: {titles[stored.doc_ids[row]][:70]}")
