@@ -64,3 +64,18 @@ def test_refuses_foreign_and_tampered_folders(tmp_path, problem):
     with pytest.raises(ValueError, match="do not match the recorded state_sha256"):
         load_compressor(tmp_path / "d")
     assert m.k == problem.k
+
+
+def test_export_for_a_backbone_without_a_sentence_transformers_folder(tmp_path, problem):
+    """LLM2Vec (or any backbone): the compressor alone and the model card, no model folder."""
+    from dive_core.export import export
+
+    m = new_method("dive", problem.d, problem.k, configured("dive"), seed=0)
+    m.fit(problem.train, TrainLog(), progress=False)
+    m.save(tmp_path / "model.pt", {})
+    spec = {"family": "llm2vec", "base_model": "McGill-NLP/LLM2Vec-Sheared-LLaMA-mntp", "dim": problem.d}
+    out = export(tmp_path / "model.pt", tmp_path / "export", backbone_spec=spec)
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "compressor"]
+    assert np.array_equal(load_compressor(out).compress(problem.docs), m.compress(problem.docs))
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "load_compressor" in card and "SentenceTransformer" not in card and "llm2vec" in card
