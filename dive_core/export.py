@@ -246,7 +246,14 @@ def export(checkpoint: str | Path, out_dir: str | Path, result: Mapping[str, Any
         backbone = _backbone_model(spec)
         model = SentenceTransformer(modules=[*backbone, module(method)], device="cpu")
         model.save(str(tmp))
-    save_compressor(method, tmp / "compressor", provenance)
+        # one copy of the compressor: the sentence-transformers module lives in compressor/
+        modules = json.loads((tmp / "modules.json").read_text(encoding="utf-8"))
+        entry = next(m for m in modules if m["type"].endswith(".CompressorModule"))
+        (tmp / entry["path"]).replace(tmp / "compressor")
+        entry["path"] = "compressor"
+        (tmp / "modules.json").write_text(json.dumps(modules, indent=2), encoding="utf-8")
+    else:
+        save_compressor(method, tmp / "compressor", provenance)
     config = json.loads((tmp / "compressor" / CONFIG).read_text(encoding="utf-8"))
     (tmp / "README.md").write_text(model_card(result, config, st_folder), encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)

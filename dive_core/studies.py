@@ -61,6 +61,14 @@ def dataset_mean(values: Mapping[str, float], groups: Mapping[str, str]) -> floa
     return sum(means) / len(means)
 
 
+def method_values(summary: Mapping, bb: str, method: str, metric: str,
+                  ctx: "StudyContext") -> tuple[dict[str, float], float]:
+    """``({dataset: mean over seeds}, mean over datasets)`` of one method and metric; the mean
+    over datasets is NaN unless every dataset of the study has a result."""
+    vals = {ds: summary[(bb, ds, method)][metric] for ds in ctx.datasets if (bb, ds, method) in summary}
+    return vals, dataset_mean(vals, ctx.groups) if len(vals) == len(ctx.datasets) else float("nan")
+
+
 def _cell(v: float, std: float = float("nan"), digits: int = 4) -> str:
     return report.fmt(v, std, digits)
 
@@ -115,8 +123,7 @@ def metric_table(summary: Mapping, ctx: StudyContext, backbones: Sequence[str],
         means = {}
         for me in ctx.methods:
             for m, _ in metrics:
-                vals = {ds: summary[(bb, ds, me)][m] for ds in ctx.datasets if (bb, ds, me) in summary}
-                means[(me, m)] = dataset_mean(vals, ctx.groups) if len(vals) == len(ctx.datasets) else float("nan")
+                means[(me, m)] = method_values(summary, bb, me, m, ctx)[1]
         best = {}
         for col in [(ds, m) for ds in ctx.datasets for m, _ in metrics] + [("mean", m) for m, _ in metrics]:
             cands = []
@@ -252,10 +259,6 @@ def _save(fig, path) -> None:
     plt.close(fig)
 
 
-def _summary_rows(summary: Mapping) -> list[dict]:
-    return list(summary.values())
-
-
 # --------------------------------------------------------------------------- the studies
 def main_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """Main table (also: secondary dimension, unsupervised, document-disjoint, validation
@@ -266,7 +269,7 @@ def main_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     lines += [""] if _deviations(results) else []
     lines += metric_table(summary, ctx, bbs) + subset_table(summary, ctx, bbs)
     md = "\n".join(lines) + "\n" + report.significance_markdown(report.significance_rows(results))
-    return StudyOutput(md, _summary_rows(summary), lambda p: grouped_bars(p, summary, ctx, bbs))
+    return StudyOutput(md, list(summary.values()), lambda p: grouped_bars(p, summary, ctx, bbs))
 
 
 def tuned_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
@@ -311,10 +314,9 @@ def ablation_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         head = ["variant"] + [f"{ds} nDCG@10" for ds in ctx.datasets] + ["mean nDCG@10", f"Δ mean vs {full}"]
         lines += ([f"### backbone {bb}", ""] if len(bbs) > 1 else []) + ["| " + " | ".join(head) + " |",
                                                                           "|" + "---|" * len(head)]
-        vals = {me: {ds: summary[(bb, ds, me)]["ndcg@10"] for ds in ctx.datasets if (bb, ds, me) in summary}
-                for me in ctx.methods}
-        means = {me: dataset_mean(v, ctx.groups) if len(v) == len(ctx.datasets) else float("nan")
-                 for me, v in vals.items()}
+        both = {me: method_values(summary, bb, me, "ndcg@10", ctx) for me in ctx.methods}
+        vals = {me: v for me, (v, _) in both.items()}
+        means = {me: m for me, (_, m) in both.items()}
         for me in ctx.methods:
             cells = [me] + [_cell(vals[me].get(ds, float("nan"))) for ds in ctx.datasets]
             cells += [_cell(means[me]), "–" if me == full or math.isnan(means[me] - means[full])
@@ -325,9 +327,8 @@ def ablation_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         lines.append("")
     lines.append("Seed " + ",".join(sorted({str(r["seed"]) for r in results})) + "; `mean`: unweighted mean "
                  "over datasets (a dataset group averaged first).")
-    ctx_n = StudyContext(**{**ctx.__dict__})
     return StudyOutput("\n".join(lines) + "\n", rows,
-                       lambda p: grouped_bars(p, summary, ctx_n, bbs, metrics=(("ndcg@10", "nDCG@10"),)))
+                       lambda p: grouped_bars(p, summary, ctx, bbs, metrics=(("ndcg@10", "nDCG@10"),)))
 
 
 def heads_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
@@ -343,8 +344,7 @@ def heads_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
         lines += ([f"### backbone {bb}", ""] if len(bbs) > 1 else []) + ["| " + " | ".join(head) + " |",
                                                                           "|" + "---|" * len(head)]
         for me in ctx.methods:
-            vals = {ds: summary[(bb, ds, me)]["ndcg@10"] for ds in ctx.datasets if (bb, ds, me) in summary}
-            mean = dataset_mean(vals, ctx.groups) if len(vals) == len(ctx.datasets) else float("nan")
+            vals, mean = method_values(summary, bb, me, "ndcg@10", ctx)
             mark = " (configured)" if me == ctx.highlight else ""
             lines.append("| " + " | ".join([f"{heads.get(me, '?')}{mark}", me]
                                             + [_cell(vals.get(ds, float("nan"))) for ds in ctx.datasets]

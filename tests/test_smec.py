@@ -400,24 +400,22 @@ def test_precomputed_neighbours_equal_the_exact_search(queue_size):
     z = torch.randn(n, d, generator=gen)
     nbrs = FrozenNeighbours(F.normalize(z, dim=-1), m, queue_size)
     assert nbrs.M == min(n - 1, max(m, -(-4 * m * n // queue_size)))
-    queue = CrossBatchMemory(queue_size, d, 1)
-    position = torch.full((n,), -1, dtype=torch.long)
+    queue = CrossBatchMemory(queue_size, d, 1, n_items=n)
     fallbacks = 0
     for step in range(12):
         if len(queue):
             anchors = torch.unique(torch.randint(0, n, (30,), generator=gen))
             exclude = anchors[:, None] == queue.keys[None, :]
             want = SMECCrossBatchLoss.neighbours(z[anchors], queue.emb, m, exclude)
-            got = nbrs.lookup(anchors, position, queue, z)
+            got = nbrs.lookup(anchors, queue, z)
             assert torch.equal(got[2], want[2])
             assert torch.equal(got[0][want[2]], want[0][want[2]])
             assert torch.allclose(got[1][want[2]], want[1][want[2]], atol=1e-6)
-            cand_queued = (position[nbrs.idx[anchors]] >= 0).sum(1)
+            cand_queued = (queue.position[nbrs.idx[anchors]] >= 0).sum(1)
             fallbacks += int((cand_queued < want[2].sum(1)).sum())
         keys = torch.randint(0, n, (25,), generator=gen)
         queue.push(keys, z[keys])
-        position.fill_(-1)
-        position[queue.keys] = torch.arange(len(queue))
+        assert queue.position[queue.keys].tolist() == list(range(len(queue)))
     if queue_size == 7:
         assert fallbacks == 0  # M = n - 1: every queued item is a candidate
     if queue_size == 150:

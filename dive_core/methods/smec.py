@@ -175,13 +175,16 @@ class CrossBatchMemory:
     the newest position, with its new vectors) and drops the oldest entries beyond ``size``.
     """
 
-    def __init__(self, size: int, dim: int, wide_dim: int = 0, device: torch.device | str = "cpu"):
+    def __init__(self, size: int, dim: int, wide_dim: int = 0, device: torch.device | str = "cpu",
+                 n_items: int | None = None):
         if size < 1:
             raise ValueError(f"queue size must be >= 1, got {size}")
         self.size = int(size)
         self.keys = torch.empty(0, dtype=torch.long, device=device)
         self.emb = torch.empty(0, dim, dtype=torch.float32, device=device)
         self.wide = torch.empty(0, wide_dim, dtype=torch.float32, device=device)
+        # with ``n_items``: each item's queue position, or -1 (for FrozenNeighbours.lookup)
+        self.position = None if n_items is None else torch.full((int(n_items),), -1, dtype=torch.long, device=device)
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -202,6 +205,14 @@ class CrossBatchMemory:
         self.keys = torch.cat([self.keys[old], keys])[-self.size:]
         self.emb = torch.cat([self.emb[old], emb[keep].detach().to(self.emb.dtype)])[-self.size:]
         self.wide = torch.cat([self.wide[old], wide[keep].detach().to(self.wide.dtype)])[-self.size:]
+        if self.position is not None:
+            self.position.fill_(-1)
+            self.position[self.keys] = torch.arange(len(self.keys), device=self.keys.device)
+
+    def exact_neighbours(self, keys: torch.Tensor, z: torch.Tensor, m: int):
+        """NN_m of items ``keys`` (frozen embeddings ``z``) among the queued entries, each item's
+        own entry excluded (:meth:`SMECCrossBatchLoss.neighbours`)."""
+        return SMECCrossBatchLoss.neighbours(z, self.emb, m, keys[:, None] == self.keys[None, :])
 
 
 class FrozenNeighbours:
@@ -240,30 +251,23 @@ class FrozenNeighbours:
         return n_items * n_items <= steps * anchors_per_step * queue_size and 12 * n_items * M <= 2 ** 30
 
     @torch.no_grad()
-    def lookup(self, anchors: torch.Tensor, position: torch.Tensor, queue: "CrossBatchMemory",
-               z: torch.Tensor):
-        """Same contract as :meth:`SMECCrossBatchLoss.neighbours` with the anchor's own queue
-        entry excluded: ``(index into the queue, target cosine, valid)``, each (A, min(m, L)).
-        ``position`` (n,) = each item's queue position or -1."""
+    def lookup(self, anchors: torch.Tensor, queue: "CrossBatchMemory", z: torch.Tensor):
+        """Same contract as :meth:`CrossBatchMemory.exact_neighbours`: ``(index into the queue,
+        target cosine, valid)``, each (A, min(m, L)). Needs a queue that tracks positions."""
         L, M = len(queue), self.M
         width = min(self.m, L)
-        cand = self.idx[anchors]
-        qpos = position[cand]
+        qpos = queue.position[self.idx[anchors]]
         queued = qpos >= 0
-        take = queued
-        cols = torch.arange(M, device=anchors.device).expand_as(take)
-        order = torch.where(take, cols, M).sort(dim=1).values[:, :width]
+        cols = torch.arange(M, device=anchors.device).expand_as(queued)
+        order = torch.where(queued, cols, M).sort(dim=1).values[:, :width]
         valid = order < M
         col = order.clamp_max(M - 1)
         index = qpos.gather(1, col).clamp_min(0)
         target = self.cos[anchors].gather(1, col)
-        admissible = L - (position[anchors] >= 0).long()
+        admissible = L - (queue.position[anchors] >= 0).long()
         short = valid.sum(1) < admissible.clamp_max(width)
         if bool(short.any()):  # too few queued candidates: exact search over the queue
-            a = anchors[short]
-            exclude = a[:, None] == queue.keys[None, :]
-            i2, t2, v2 = SMECCrossBatchLoss.neighbours(z[a], queue.emb, width, exclude)
-            index[short], target[short], valid[short] = i2, t2, v2
+            index[short], target[short], valid[short] = queue.exact_neighbours(anchors[short], z[anchors[short]], width)
         return index, target, valid
 
 
@@ -353,8 +357,8 @@ class SMEC(TorchMethod):
                 seed = int(np.random.SeedSequence([int(self.seed), s]).generate_state(1)[0])
                 self._gen = torch.Generator().manual_seed(seed)
                 self._stage = s
-                self._queue = CrossBatchMemory(self.queue_size, self.d, st.width_in, dev)
-                self._position = torch.full((n_items,), -1, dtype=torch.long, device=dev)
+                self._queue = CrossBatchMemory(self.queue_size, self.d, st.width_in, dev,
+                                               n_items if self._nbrs is not None else None)
                 self._pending = None
                 # ADS scores: own learning rate, no weight decay (decision 5)
                 groups = [{"params": list(st.adapter.parameters())},
@@ -365,15 +369,13 @@ class SMEC(TorchMethod):
                 self.meta.setdefault("ads", []).append(ads_summary(st))
         finally:
             for name in ("_z", "_x", "_tq", "_tp", "_tn", "_yp", "_yn", "_queue", "_pending", "_gen",
-                         "_nbrs", "_position"):
+                         "_nbrs"):
                 self.__dict__.pop(name, None)
         self.net.eval()
 
     def _push(self) -> None:
         keys, wide = self._pending
         self._queue.push(keys, self._z[keys], wide)
-        self._position.fill_(-1)
-        self._position[self._queue.keys] = torch.arange(len(self._queue), device=self._position.device)
 
     def _stage_loss(self, data, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         st = self.stages[self._stage]
@@ -385,13 +387,9 @@ class SMEC(TorchMethod):
         iq, ip, in_ = inv[:b], inv[b:2 * b], inv[2 * b:]
         wide = st.adapter(self._x[anchors])  # every distinct batch item once, with gradient
         narrow = wide[:, sel] * mask[sel]  # = (wide * mask)[:, sel], on w_s columns only
-        if len(self._queue) and self._nbrs is not None:
-            nb, target, valid = self._nbrs.lookup(anchors, self._position, self._queue, self._z)
-            nb_wide = self._queue.wide[nb]  # memory entries: constants (decision 8)
-        elif len(self._queue):
-            exclude = anchors[:, None] == self._queue.keys[None, :]
-            nb, target, valid = self.xbm_loss.neighbours(self._z[anchors], self._queue.emb,
-                                                         self.queue_neighbors, exclude)
+        if len(self._queue):
+            nb, target, valid = (self._nbrs.lookup(anchors, self._queue, self._z) if self._nbrs is not None else
+                                 self._queue.exact_neighbours(anchors, self._z[anchors], self.queue_neighbors))
             nb_wide = self._queue.wide[nb]  # memory entries: constants (decision 8)
         else:
             target = self._z.new_zeros((anchors.shape[0], 0))
