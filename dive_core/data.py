@@ -320,6 +320,18 @@ def load_beir(
     return BeirDataset(root, corpus, queries, qrels, fp, dropped)
 
 
+def check_same_source(have: Mapping[str, str] | None, expected: Mapping[str, str], path: str | os.PathLike,
+                      against: str | os.PathLike, remedy: str) -> None:
+    """Refuse an artifact (``path``) made from other data than ``expected``, the fingerprint
+    recorded by ``against``: a stale file copied in, or staged data changed under it."""
+    if have is None:
+        raise DataError(f"{path}: records no source fingerprint; {remedy}")
+    if dict(have) != dict(expected):
+        diff = sorted(k for k in set(have) | set(expected) if have.get(k) != expected.get(k))
+        raise DataError(f"{path}: made from other data than {against} describes (files that differ: "
+                        f"{', '.join(diff)}); {remedy}")
+
+
 def load_staged(data_dir: str | os.PathLike) -> BeirDataset:
     """Load a staged dataset, verifying it against its ``source.json`` manifest."""
     data_dir = Path(data_dir)

@@ -141,8 +141,8 @@ def compressed_test_vectors(embeddings_path, splits_path, runs, checkpoints):
     from .methods import Method
     from .splits import eval_queries
 
-    emb = read_embeddings(embeddings_path)
     manifest = read_json(splits_path)
+    emb = read_embeddings(embeddings_path, expected_source=manifest["source_fingerprint"], against=splits_path)
     qrows = emb.query_rows(eval_queries(manifest, "final"))
 
     def items():

@@ -221,7 +221,26 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     return (x / np.maximum(norms, eps)).astype(np.float32)
 
 
-def read_embeddings(path: str | Path, normalize: bool = True) -> Embeddings:
+def check_finite(path: str | Path, group: str, ids: Sequence[str], mat: np.ndarray,
+                 chunk: int = 65536) -> None:
+    """Refuse a matrix holding NaN or Inf (a diverged backbone, a corrupted file): name the
+    file, the group and the first offending row's id."""
+    for s in range(0, mat.shape[0], chunk):
+        ok = np.isfinite(mat[s:s + chunk]).all(axis=1)
+        if not ok.all():
+            bad = np.flatnonzero(~ok)
+            row = s + int(bad[0])
+            n_bad = sum(int((~np.isfinite(mat[t:t + chunk]).all(axis=1)).sum())
+                        for t in range(s, mat.shape[0], chunk))
+            raise ValueError(f"{path}: {group}/emb holds NaN or Inf in {n_bad} row(s), first row {row} "
+                             f"(id {ids[row]!r}); re-embed (delete the file and rerun)")
+
+
+def read_embeddings(path: str | Path, normalize: bool = True,
+                    expected_source: Mapping[str, str] | None = None,
+                    against: str | Path = "the split manifest") -> Embeddings:
+    """Read an embedding file (one float32 copy of each matrix), refusing NaN/Inf and, with
+    ``expected_source``, a file embedded from other data than the staged data it is used with."""
     import h5py
 
     path = Path(path)
@@ -244,6 +263,13 @@ def read_embeddings(path: str | Path, normalize: bool = True) -> Embeddings:
             or len(query_ids) != len(queries) or docs.shape[1] != queries.shape[1]:
         raise ValueError(f"{path}: not a valid embedding file: {len(doc_ids)} doc ids / "
                          f"{docs.shape} docs, {len(query_ids)} query ids / {queries.shape} queries")
+    if expected_source is not None:
+        from .data import check_same_source
+
+        check_same_source(attrs.get("source_fingerprint"), expected_source, path, against,
+                          remedy=f"delete {path} and rerun to re-embed the staged data")
+    check_finite(path, "corpus", doc_ids, docs)
+    check_finite(path, "queries", query_ids, queries)
     if normalize:  # in place, in chunks: the peak stays near one copy of the corpus matrix
         normalize_rows_(docs)
         normalize_rows_(queries)

@@ -110,6 +110,12 @@ def make_manifest(
     relevant = ds.relevant()
     merged = ds.all_qrels()
     ids = split_ids(judged_queries(relevant), seed, fractions)
+    empty = [r for r in ROLES if not ids[r]]
+    if empty:
+        raise ValueError(
+            f"{dataset}: splitting its {sum(map(len, ids.values()))} judged queries with fractions "
+            f"{list(fractions)} (config split.fractions) leaves role(s) {', '.join(empty)} empty; every role needs "
+            "at least one query (train: fitting, validation: selection, test: held-out tables)")
     same = identical_ids(ds, [q for r in ROLES for q in ids[r]], queries_in_corpus)
     overlap = {}
     for stage, spec in STAGES.items():

@@ -164,9 +164,9 @@ def test_manifest_from_files(tmp_path):
     (root / "qrels" / "test.tsv").write_bytes(
         b"query-id\tcorpus-id\tscore\r\nq0\td0\t1\r\nq1\td1\t0\r\nq2\td2\t0\r\nq3\td3\t2\r\n")
     (root / "qrels" / "train.tsv").write_bytes(b"query-id\tcorpus-id\tscore\nq1\td0\t1\nq4\td1\t0\n")
-    m = splits.make_manifest(load_beir(root), "toy", 7)
+    m = splits.make_manifest(load_beir(root), "toy", 7, (0.34, 0.34, 0.32))  # every role non-empty
     assert sorted(sum(m["ids"].values(), [])) == ["q0", "q1", "q3"]
-    assert m["counts"] == {"train": 1, "validation": 0, "test": 2}
+    assert m["counts"] == {"train": 1, "validation": 1, "test": 1}
     q1_role = next(r for r in splits.ROLES if "q1" in m["ids"][r])
     assert m["qrels"][q1_role]["q1"] == {"d0": 1, "d1": 0}
 

@@ -22,8 +22,8 @@ if "selection" in inp.keys():  # hyperparameters picked on validation queries (r
     selected = {"from": p.selected, "overrides": over, "selection_sha256": sha256_file(inp.selection)}
     log.info("hyperparameters from %s: %s", inp.selection, over)
 device = pick_device(p.device)
-emb = read_embeddings(inp.embeddings)
 manifest = read_json(inp.splits)
+emb = read_embeddings(inp.embeddings, expected_source=manifest["source_fingerprint"], against=inp.splits)
 train_qids = splits.train_queries(manifest, w.stage)
 data = fit_data(emb, train_qids, inp.get("triplets"), device)
 method = new_method(p.type, emb.dim, int(w.k), hp, int(w.seed), device)

@@ -10,6 +10,8 @@ log = runlog.setup(snakemake.log[0], snakemake.threads)
 w, p = snakemake.wildcards, snakemake.params
 manifest = read_json(snakemake.input.splits)
 ds = data.load_staged(Path(snakemake.input.source).parent)
+data.check_same_source(manifest["source_fingerprint"], ds.fingerprint, snakemake.input.splits, snakemake.input.source,
+                       remedy=f"delete {snakemake.input.splits} and rerun to split the staged data")
 train_qids = splits.train_queries(manifest, w.stage)
 qrels = splits.role_qrels(manifest, splits.STAGES[w.stage]["train_roles"])
 hard = None
@@ -18,7 +20,8 @@ if w.negatives.startswith("hard"):
     from dive_core.embeddings import read_embeddings
     from dive_core.retrieval import search
 
-    emb = read_embeddings(snakemake.input.embeddings)
+    emb = read_embeddings(snakemake.input.embeddings, expected_source=manifest["source_fingerprint"],
+                          against=snakemake.input.splits)
     run = search(emb.docs, emb.doc_ids, emb.query_rows(train_qids), train_qids, top_k=int(p.hard_pool))
     hard = {q: sorted(r, key=r.get, reverse=True) for q, r in run.items()}
     meta_extra = {"embeddings_content_sha256": emb.attrs.get("content_sha256"), "hard_pool": p.hard_pool}
