@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from .atomic import atomic_open
 from .embeddings import Embeddings
 from .metrics import METRICS, _top, evaluate, mean_metrics
@@ -16,11 +18,15 @@ from .splits import STAGES, eval_queries, role_qrels
 
 
 def evaluate_method(method, emb: Embeddings, manifest: Mapping, stage: str, top_k: int = 100,
-                    use_gpu: bool | str = "auto", encoding: str = "float32") -> tuple[dict[str, dict[str, float]], dict]:
-    """Returns ``(per_query, summary)`` for ``method`` on the evaluation role of ``stage``."""
+                    use_gpu: bool | str = "auto", encoding: str = "float32",
+                    consume: bool = False) -> tuple[dict[str, dict[str, float]], dict]:
+    """Returns ``(per_query, summary)`` for ``method`` on the evaluation role of ``stage``.
+    ``consume``: the caller no longer needs ``emb.docs``; an uncompressed method (k = d) then
+    writes its vectors over it instead of into a second corpus-sized matrix."""
     qids = eval_queries(manifest, stage)
     t0 = time.perf_counter()
-    docs = method.compress(emb.docs)
+    in_place = consume and method.k == method.d and emb.docs.dtype == np.float32 and emb.docs.flags.writeable
+    docs = method.compress(emb.docs, out=emb.docs if in_place else None)
     queries = method.compress(emb.query_rows(qids))
     compress_seconds = time.perf_counter() - t0
     per_query, summary = evaluate_vectors(docs, emb.doc_ids, queries, manifest, stage, top_k, use_gpu, encoding)

@@ -3,7 +3,8 @@ and, for the quality-per-byte frontier, the same vectors stored in fewer bytes.
 
 Encodings of a d-dimensional float32 vector (``bytes_per_vector``):
 
-* ``float32`` (4d bytes): ``IndexFlatIP``, exact;
+* ``float32`` (4d bytes): ``IndexFlatIP``, exact (:func:`search` on a CPU runs its kernel
+  straight over the corpus matrix, :class:`FlatCorpus`, so that no second copy is made);
 * ``float16`` (2d): ``IndexScalarQuantizer`` QT_fp16, inner product on the decoded values;
 * ``sq8`` (d): ``IndexScalarQuantizer`` QT_8bit, one byte per coordinate with a per-coordinate
   range trained on the corpus only;
@@ -59,14 +60,47 @@ def build_index(docs: np.ndarray, use_gpu: bool | str = "auto", encoding: str = 
         qtype = {"float16": faiss.ScalarQuantizer.QT_fp16, "sq8": faiss.ScalarQuantizer.QT_8bit}[encoding]
         index = faiss.IndexScalarQuantizer(d, qtype, faiss.METRIC_INNER_PRODUCT)
         index.train(docs)  # the corpus only
-    if use_gpu and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+    if _gpu_wanted(use_gpu):
         res = faiss.StandardGpuResources()
         index = faiss.index_cpu_to_gpu(res, 0, index)
         index._gpu_resources = res  # keep alive
-    elif use_gpu is True:
-        raise RuntimeError("a GPU FAISS index was requested but no GPU is available")
     index.add(docs)
     return index
+
+
+class FlatCorpus:
+    """Exact inner-product search straight over a float32 corpus matrix: the kernel that
+    ``IndexFlatIP.search`` runs (``faiss.knn_inner_product``), without the index's own copy of
+    the vectors, so an evaluation job holds one copy of the corpus, not two."""
+
+    def __init__(self, docs: np.ndarray):
+        self.docs = np.ascontiguousarray(docs, dtype=np.float32)  # no copy for a float32 C array
+        self.ntotal = len(self.docs)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        import faiss
+
+        return faiss.knn(np.ascontiguousarray(queries, dtype=np.float32), self.docs, k,
+                         metric=faiss.METRIC_INNER_PRODUCT)
+
+
+def search_index(docs: np.ndarray, use_gpu: bool | str = "auto", encoding: str = "float32"):
+    """What :func:`search` searches: a GPU index when asked for and present, otherwise for exact
+    float32 search a :class:`FlatCorpus` (no second copy), otherwise :func:`build_index`."""
+    if encoding == "float32" and not _gpu_wanted(use_gpu):
+        return FlatCorpus(docs)
+    return build_index(docs, use_gpu, encoding)
+
+
+def _gpu_wanted(use_gpu: bool | str) -> bool:
+    if not use_gpu:
+        return False
+    import faiss
+
+    available = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+    if use_gpu is True and not available:
+        raise RuntimeError("a GPU FAISS index was requested but no GPU is available")
+    return available
 
 
 def index_search(index, encoding: str, queries: np.ndarray, k: int, docs: np.ndarray | None = None,
@@ -111,7 +145,7 @@ def search(
     """
     if docs.shape[1] != queries.shape[1]:
         raise ValueError(f"dimension mismatch: docs {docs.shape[1]} vs queries {queries.shape[1]}")
-    index = build_index(docs, use_gpu, encoding)
+    index = search_index(docs, use_gpu, encoding)
     drop_all = exclude_self is True
     drop = set() if isinstance(exclude_self, bool) else set(exclude_self)
     k = min(len(doc_ids), top_k + (1 if (drop_all or drop) else 0))

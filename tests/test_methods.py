@@ -230,3 +230,39 @@ def test_pca_covariance_in_chunks_equals_the_svd(problem):
     ref = vh[: problem.k].T
     ref = ref * torch.sign(ref.gather(0, ref.abs().argmax(0, keepdim=True)))
     assert torch.allclose(m.components.double(), ref, atol=1e-4)
+
+
+def test_compress_in_place_equals_a_new_matrix_and_evaluation_can_consume_the_corpus(problem):
+    """k = d: compress(x, out=x) gives the bits of compress(x); evaluate_method(consume=True)
+    then writes over the caller's corpus instead of a second corpus-sized matrix, with the same
+    per-query scores."""
+    from dive_core.embeddings import Embeddings
+    from dive_core.evaluation import evaluate_method
+
+    m = new_method("frozen", problem.d, problem.d, {}, 0)
+    docs = np.ascontiguousarray(problem.docs * 3.0, dtype=np.float32)  # not unit rows: compress changes them
+    fresh = m.compress(docs, batch_size=7)
+    assert not np.array_equal(fresh, docs)
+    buf = docs.copy()
+    assert m.compress(buf, batch_size=7, out=buf) is buf and np.array_equal(buf, fresh)
+    with pytest.raises(ValueError, match=r"out must be a float32 \(300, 8\) array"):
+        new_method("truncate", problem.d, 8, {}, 0).compress(docs, out=docs)
+    n_q = 12
+    doc_ids = [f"d{i}" for i in range(len(docs))]
+    qids = [f"q{i}" for i in range(n_q)]
+    queries = np.ascontiguousarray(docs[:n_q] + 0.1, dtype=np.float32)
+    qrels = {q: {doc_ids[i]: 1} for i, q in enumerate(qids)}
+    manifest = {"ids": {"train": [], "validation": [], "test": qids},
+                "qrels": {"train": {}, "validation": {}, "test": qrels},
+                "stages": {"final": {"train_roles": ["train", "validation"], "eval_role": "test"}},
+                "document_overlap": {"test": {"seen_ids": []}},
+                "identical_ids": {"ids": [], "rule": "same id and same text"}}
+    results = {}
+    for consume in (False, True):
+        emb = Embeddings(doc_ids, docs.copy(), qids, queries.copy(), {})
+        before = emb.docs
+        results[consume] = evaluate_method(m, emb, manifest, "final", top_k=5, consume=consume)[0]
+        assert np.shares_memory(emb.docs, before)
+        # consumed: the caller's matrix now holds the compressed vectors; otherwise it is untouched
+        assert np.array_equal(emb.docs, fresh if consume else docs)
+    assert results[True] == results[False]

@@ -51,3 +51,21 @@ def test_binary_ranks_by_hamming_distance_and_rescoring_restores_the_float_order
     scores, rows = R.index_search(R.build_index(DOCS, False, "binary_rescore"), "binary_rescore", QUERY, 2,
                                   DOCS, oversample=1)
     assert sorted(rows[0].tolist()) == [0, 2]
+
+
+def test_index_free_search_equals_the_flat_index_without_copying_the_corpus():
+    """search() on a CPU runs IndexFlatIP's kernel straight over the matrix (FlatCorpus): the same
+    scores and rows, ties included, and no second copy of the corpus."""
+    rng = np.random.default_rng(3)
+    docs = rng.standard_normal((3000, 48)).astype(np.float32)
+    docs[1500] = docs[7]  # an exact tie
+    queries = rng.standard_normal((70, 48)).astype(np.float32)
+    flat = R.FlatCorpus(docs)
+    assert np.shares_memory(flat.docs, docs)
+    index = R.build_index(docs, use_gpu=False)
+    for k in (1, 10, 100):
+        s1, r1 = flat.search(queries, k)
+        s2, r2 = index.search(queries, k)
+        assert np.array_equal(r1, r2) and np.array_equal(s1, s2)
+    assert isinstance(R.search_index(docs, use_gpu="auto"), R.FlatCorpus)
+    assert not isinstance(R.search_index(docs, use_gpu="auto", encoding="sq8"), R.FlatCorpus)

@@ -10,9 +10,9 @@ from dive_core.methods import Method
 log = runlog.setup(snakemake.log[0], snakemake.threads)
 w, inp, out = snakemake.wildcards, snakemake.input, snakemake.output
 method = Method.load(inp.checkpoint)
-emb = read_embeddings(inp.embeddings)
 manifest = read_json(inp.splits)
-per_query, summary = evaluate_method(method, emb, manifest, w.stage, int(snakemake.params.top_k))
+emb = read_embeddings(inp.embeddings, expected_source=manifest["source_fingerprint"], against=inp.splits)
+per_query, summary = evaluate_method(method, emb, manifest, w.stage, int(snakemake.params.top_k), consume=True)
 write_per_query(out.per_query, per_query, [q for q in manifest["ids"][summary["role"]]])
 meta = method.meta
 result = {

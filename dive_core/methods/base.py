@@ -127,12 +127,18 @@ class Method:
 
     # -- shared ------------------------------------------------------------------------
     @torch.no_grad()
-    def compress(self, x: np.ndarray, batch_size: int = 65536) -> np.ndarray:
-        """L2-normalised (n, k) float32 vectors for (n, d) normalised frozen embeddings."""
+    def compress(self, x: np.ndarray, batch_size: int = 65536, out: np.ndarray | None = None) -> np.ndarray:
+        """L2-normalised (n, k) float32 vectors for (n, d) normalised frozen embeddings, written
+        into ``out`` if given (may be ``x`` itself when k = d: each batch is read before its rows
+        are overwritten, so an uncompressed method needs no second copy of the corpus)."""
         x = np.asarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.d:
             raise ValueError(f"{self.type}: expected an (n, {self.d}) matrix, got {x.shape}")
-        out = np.empty((x.shape[0], self.k), dtype=np.float32)
+        if out is None:
+            out = np.empty((x.shape[0], self.k), dtype=np.float32)
+        elif out.shape != (x.shape[0], self.k) or out.dtype != np.float32:
+            raise ValueError(f"{self.type}: out must be a float32 {(x.shape[0], self.k)} array, got "
+                             f"{out.dtype} {out.shape}")
         for s in range(0, x.shape[0], batch_size):
             xb = torch.as_tensor(x[s:s + batch_size], device=self.device)
             out[s:s + batch_size] = normalize(self.transform(xb)).float().cpu().numpy()
