@@ -50,6 +50,32 @@ SELECTION = dcfg.SELECTION_PATH
 LOGS = "logs/{rule}/{name}.log"
 
 
+# ---- job resources (every rule) ------------------------------------------------------------
+def job_resource(kind, what, extra_mb=0):
+    """A `resources:` callable: `what` (mem_mb or runtime) of a `kind` job from the size of what
+    it reads (dive_core.config.job_resources). <TBD> while an input does not exist yet: the
+    scheduler evaluates it again once the job is ready."""
+
+    def resource(wildcards, input, attempt):
+        from snakemake.common.tbdstring import TBDString
+
+        sizes = dcfg.data_mb(input)
+        if sizes is None:
+            return TBDString()
+        bb = backbone_spec(wildcards.backbone) if kind == "embed" else None
+        return dcfg.job_resources(kind, sizes[0], sizes[1] + extra_mb, bb, attempt)[what]
+
+    return resource
+
+
+def synthetic_mb():
+    """MB of the largest synthetic corpus matrix that efficiency_synthetic holds, plus the
+    bandwidth probe's array (rule efficiency_synthetic reads no input)."""
+    syn = config["efficiency"]["synthetic"]
+    largest = max(max(syn["docs"]) * max(syn["dims"]), syn["large_docs"] * max(syn["large_dims"] or [0]))
+    return largest * 4 / 2**20 + config["efficiency"]["bandwidth_mb"]
+
+
 def registry_entry(dataset):
     if dataset not in REGISTRY:
         raise ValueError(f"dataset {dataset!r} is not in {config['dataset_registry']}")
@@ -133,10 +159,12 @@ def staging_input(wildcards):
 
 
 # ---- embeddings (rules/embeddings.smk) --------------------------------------------------
-def backbone_spec(backbone):
+def backbone_spec(backbone, omit=()):
+    """The backbone's config entry, without the keys in `omit` (scheduling-only keys such as
+    mem_mb stay out of job parameters, so changing them reruns nothing)."""
     if backbone not in config["backbones"]:
         raise ValueError(f"backbone {backbone!r} is not defined under backbones: in the config")
-    return config["backbones"][backbone]
+    return {k: v for k, v in config["backbones"][backbone].items() if k not in omit}
 
 
 def query_instruction(wildcards):

@@ -12,6 +12,8 @@ rule download_beir:
         "../envs/data.yaml"
     resources:
         downloads=1,
+        mem_mb=job_resource("small", "mem_mb"),
+        runtime=job_resource("small", "runtime"),
     params:
         url=lambda wc: zip_entry(wc.zipname)["url"],
         sha256=lambda wc: zip_entry(wc.zipname).get("zip_sha256"),
@@ -30,6 +32,9 @@ rule stage_beir:
         "logs/stage_beir/{dataset}.bench.tsv"
     conda:
         "../envs/data.yaml"
+    resources:
+        mem_mb=job_resource("text", "mem_mb"),
+        runtime=job_resource("text", "runtime"),
     params:
         entry=lambda wc: registry_entry(wc.dataset),
         mode=config["beir_local_mode"],

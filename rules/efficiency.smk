@@ -17,6 +17,8 @@ rule efficiency:
     threads: config["threads"]["evaluate"]
     resources:
         gpu=1,
+        mem_mb=job_resource("measure", "mem_mb"),
+        runtime=job_resource("measure", "runtime"),
     params:
         settings=config["efficiency"],
         dims=efficiency_dims,
@@ -36,6 +38,8 @@ rule efficiency_synthetic:
     threads: config["threads"]["evaluate"]
     resources:
         gpu=1,
+        mem_mb=job_resource("measure", "mem_mb", extra_mb=synthetic_mb()),
+        runtime=job_resource("measure", "runtime", extra_mb=synthetic_mb()),
     params:
         settings=config["efficiency"],
     script:
@@ -54,6 +58,9 @@ rule frontier:
     conda:
         "../envs/train-gpu.yaml"
     threads: config["threads"]["evaluate"]
+    resources:
+        mem_mb=job_resource("measure", "mem_mb"),
+        runtime=job_resource("measure", "runtime"),
     params:
         runs=frontier_runs,
         top_k=config["evaluation"]["top_k"],

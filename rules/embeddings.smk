@@ -15,8 +15,10 @@ rule embed:
     threads: config["threads"]["embed"]
     resources:
         gpu=config["gpu"]["embed"],
+        mem_mb=job_resource("embed", "mem_mb"),
+        runtime=job_resource("embed", "runtime"),
     params:
-        spec=lambda wc: {k: v for k, v in backbone_spec(wc.backbone).items() if k != "dims"},
+        spec=lambda wc: backbone_spec(wc.backbone, omit=("dims", "mem_mb")),
         instruction=query_instruction,
         device=config["device"],
     script:

@@ -19,10 +19,12 @@ rule evaluate:
     threads: config["threads"]["evaluate"]
     resources:
         gpu=1,
+        mem_mb=job_resource("evaluate", "mem_mb"),
+        runtime=job_resource("evaluate", "runtime"),
     params:
         top_k=config["evaluation"]["top_k"],
         config_snapshot=lambda wc: {
-            "backbone": backbone_spec(wc.backbone),
+            "backbone": backbone_spec(wc.backbone, omit=("mem_mb",)),
             "split": config["split"],
             "triplets": config["triplets"],
             "training": config["training"],
@@ -44,5 +46,8 @@ rule headline_result:
         "logs/headline_result/{dataset}/{method}/seed{seed}.log",
     conda:
         "../envs/data.yaml"
+    resources:
+        mem_mb=job_resource("small", "mem_mb"),
+        runtime=job_resource("small", "runtime"),
     script:
         "../workflow_scripts/headline.py"

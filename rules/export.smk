@@ -12,5 +12,8 @@ rule export:
         "logs/export/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
     conda:
         "../envs/train-gpu.yaml"
+    resources:
+        mem_mb=job_resource("evaluate", "mem_mb"),
+        runtime=job_resource("evaluate", "runtime"),
     script:
         "../workflow_scripts/export.py"

@@ -16,6 +16,9 @@ rule table:
         "logs/table/{experiment}.log",
     conda:
         "../envs/report.yaml"
+    resources:
+        mem_mb=job_resource("small", "mem_mb"),
+        runtime=job_resource("small", "runtime"),
     params:
         study=lambda wc: dcfg.experiment(config, wc.experiment).get("study", "main"),
         methods=lambda wc: dcfg.experiment(config, wc.experiment).get("methods", []),

@@ -13,6 +13,9 @@ rule select:
         study="|".join(dcfg.SELECTION_STUDIES),
     conda:
         "../envs/report.yaml"
+    resources:
+        mem_mb=job_resource("small", "mem_mb"),
+        runtime=job_resource("small", "runtime"),
     params:
         candidates=lambda wc: dcfg.selection_candidates(config, wc.study),
         datasets=lambda wc: dcfg.selection_settings(config)["datasets"],

@@ -12,6 +12,9 @@ rule make_splits:
         "logs/make_splits/{dataset}.bench.tsv"
     conda:
         "../envs/data.yaml"
+    resources:
+        mem_mb=job_resource("text", "mem_mb"),
+        runtime=job_resource("text", "runtime"),
     params:
         seed=config["split"]["seed"],
         fractions=config["split"]["fractions"],

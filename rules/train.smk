@@ -16,6 +16,8 @@ rule train:
     threads: config["threads"]["train"]
     resources:
         gpu=config["gpu"]["train"],
+        mem_mb=job_resource("train", "mem_mb"),
+        runtime=job_resource("train", "runtime"),
     params:
         type=lambda wc: dcfg.method_type(config, wc.method),
         hparams=lambda wc: method_params(wc.method),

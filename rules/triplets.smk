@@ -14,6 +14,9 @@ rule triplets:
     conda:
         "../envs/data.yaml"
     threads: 1
+    resources:
+        mem_mb=job_resource("text", "mem_mb"),
+        runtime=job_resource("text", "runtime"),
     params:
         seed=config["split"]["seed"],
         num_negatives=config["triplets"]["num_negatives"],
