@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -44,6 +45,24 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# the instruction-set extensions that decide float speed and bit-exactness of BLAS/torch kernels
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+              "amx_bf16", "amx_tile", "asimd", "sve")
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's SIMD extensions among :data:`SIMD_FLAGS` (Linux /proc/cpuinfo; [] elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    have = set(line.split(":", 1)[1].split())
+                    return [f for f in SIMD_FLAGS if f in have]
+    except OSError:
+        pass
+    return []
+
+
 def runtime(threads: int | None = None) -> dict:
     import torch
 
@@ -51,6 +70,8 @@ def runtime(threads: int | None = None) -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu": cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "cpu_count": os.cpu_count(),
         "torch_threads": threads if threads is not None else torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "git_commit": git_commit(Path(__file__).resolve().parent.parent),
