@@ -37,3 +37,27 @@ def test_pareto_front_by_hand():
             ((8, 0.30), (64, 0.50), (64, 0.40), (256, 0.50), (1536, 0.60), (8, 0.30))]
     # 64/0.40 is beaten at the same size, 256/0.50 by 64/0.50; equal points both stay on the front
     assert E.pareto_front(rows) == [True, True, False, False, True, True]
+
+
+def test_scale_benchmark_reports_every_stage_in_one_json_line(tmp_path):
+    """benchmarks/scale.py on a small synthetic corpus: its last line is the JSON object the
+    issue specifies (structure and exact sizes only; no timing is asserted)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--docs", "2000", "--dim", "32", "--queries",
+                           "100", "--threads", "1", "--workdir", str(tmp_path / "w")],
+                          cwd=repo, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (out["docs"], out["dim"], out["queries"]) == (2000, 32, 100)
+    assert out["matrix_mb"] == round(2000 * 32 * 4 / 2**20, 1)
+    assert list(out["stages"]) == ["stage", "embed", "splits", "triplets", "train", "pca", "evaluate", "evaluate_dive"]
+    for stage in out["stages"].values():
+        assert stage["seconds"] > 0 and stage["peak_rss_mb"] > 0
+    assert out["faiss_bare_seconds"] > 0 and out["stages"]["evaluate"]["n_queries"] == 20
+    assert out["stages"]["splits"]["counts"] == {"train": 60, "validation": 20, "test": 20}
+    assert set(out["goals"]) >= {"max_peak_over_matrix", "evaluate_search_over_bare", "evaluate_goal", "peak_goal"}
