@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from dive_core.provenance import SIMD_FLAGS
 
 pytestmark = pytest.mark.workflow
 
@@ -231,6 +235,9 @@ def test_result_json_is_sane(workdir):
         assert re.fullmatch(r"[0-9a-f]{64}", fp["checkpoint_sha256"])
         assert re.fullmatch(r"[0-9a-f]{64}", fp["weights_sha256"])
         assert r["versions"]["torch"] and r["config"]["split"]["seed"] == 2027
+        for rt in (r["runtime"], r["training"]["runtime"]):  # where the numbers were computed
+            assert rt["cpu"] and rt["cpu_count"] >= 1 and "cuda" in rt
+            assert isinstance(rt["cpu_flags"], list) and set(rt["cpu_flags"]) <= set(SIMD_FLAGS)
         per_query = (workdir / r["artifacts"]["per_query"]).read_text().splitlines()
         assert len(per_query) == 11 and per_query[0].startswith("query_id\tndcg@10")
     dive = json.loads((workdir / "results/scifact-tiny/dive/seed2027.json").read_text())
@@ -271,6 +278,94 @@ def test_html_report_holds_tables_and_figures(workdir):
             assert name in html, name
     assert "held-out test queries" in html  # a rendered caption (the experiment title)
     assert "DIVE pipeline: supervised compression" in html  # the workflow description
+
+
+def test_kill_9_then_the_documented_rerun_gives_identical_outputs(workdir, tmp_path):
+    """kill -9 of the whole run (Snakemake and its job) while embed, then train, then evaluate
+    runs; each time the README's rerun (`snakemake --unlock`, then the same command) goes on, and
+    the finished outputs are identical to the uninterrupted run's (`workdir`): the embedding
+    file's content hash (the embedding resumed from its completed batches), the weights, the
+    per-query scores."""
+    target = "results/scifact-tiny/dive/seed2027.json"
+    base = tmp_path / "results/scifact-tiny/minilm"
+    run = "results/scifact-tiny/minilm/dive/k64/final/seed2027"
+    logs = tmp_path / "logs"
+
+    def batches_done():
+        done = base / "embeddings.h5.partial" / "corpus.done"
+        return len(done.read_text().split()) if done.exists() else 0
+
+    kill_points = [  # (rule, its output, when to kill)
+        ("embed", base / "embeddings.h5", lambda: batches_done() >= 2),
+        ("train", tmp_path / run / "model.pt",
+         lambda: (logs / "train/scifact-tiny/minilm/dive/k64/final/seed2027.log").exists()),
+        ("evaluate", tmp_path / run / "eval.json",
+         lambda: (logs / "evaluate/scifact-tiny/minilm/dive/k64/final/seed2027.log").exists()),
+    ]
+    env = {**os.environ, "BEIR_DATA_DIR": str(BEIR)}
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--configfile", str(REPO / "config" / "test.yaml"), "--cores", "2", target]
+    for rule, output, ready in kill_points:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        deadline = time.monotonic() + 900
+        while not ready() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, f"the run ended before {rule} could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert not output.exists(), f"{rule} finished before the kill"
+        left = list(output.parent.iterdir()) if output.parent.exists() else []
+        assert not [p.name for p in left if p.name.endswith(".tmp")]  # nothing half-written
+        if rule == "embed":
+            assert 2 <= batches_done() < 8  # 500 docs in batches of 64: a resumable part is left
+        snakemake(tmp_path, "--unlock")
+    snakemake(tmp_path, target)
+    h5 = "results/scifact-tiny/minilm/embeddings.h5"
+    from dive_core.embeddings import read_embeddings
+
+    assert read_embeddings(tmp_path / h5).attrs["content_sha256"] == read_embeddings(workdir / h5).attrs["content_sha256"]
+    assert not (base / "embeddings.h5.partial").exists()
+    ours, ref = (json.loads((d / run / "eval.json").read_text()) for d in (tmp_path, workdir))
+    assert ours["fingerprints"]["weights_sha256"] == ref["fingerprints"]["weights_sha256"]
+    assert ours["metrics"] == ref["metrics"]
+    assert (tmp_path / run / "per_query.tsv").read_bytes() == (workdir / run / "per_query.tsv").read_bytes()
+
+
+def test_a_failed_job_shows_its_real_error_on_the_console(tmp_path):
+    """profiles/default turns on --show-failed-logs: a corrupt corpus line is reported on the
+    console with its file and line, not only as CalledProcessError and a log path."""
+    import shutil
+
+    beir = tmp_path / "beir"
+    shutil.copytree(TINY, beir / "_derived" / "scifact-tiny")
+    corpus = beir / "_derived" / "scifact-tiny" / "corpus.jsonl"
+    lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[2] = '{"_id": "broken", "text": \n'
+    corpus.write_text("".join(lines), encoding="utf-8")
+    env = {**os.environ, "BEIR_DATA_DIR": str(beir)}
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--configfile", str(REPO / "config" / "test.yaml"), "--cores", "1", "results/scifact-tiny/splits.json"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "corpus.jsonl:3: invalid JSON" in out, out[-3000:]
+    assert not (tmp_path / "data/beir/scifact-tiny/source.json").exists()
+
+
+def test_jobs_declare_memory_and_runtime_from_what_they_read(workdir):
+    """A job's mem_mb and runtime follow dive_core.config.job_resources of its input sizes (what
+    `--resources mem_mb=N` and the SLURM executor schedule by)."""
+    from dive_core import config as dcfg
+
+    run = "results/scifact-tiny/minilm/dive/k64/final/seed2027"
+    proc = snakemake(workdir, "-n", "--forcerun", "evaluate", f"{run}/eval.json")
+    out = proc.stdout + proc.stderr
+    block = out[out.index("rule evaluate:"):]
+    inputs = [workdir / f for f in (f"{run}/model.pt", f"{run}/train_log.tsv",
+                                    "results/scifact-tiny/minilm/embeddings.h5", "results/scifact-tiny/splits.json")]
+    want = dcfg.job_resources("evaluate", *dcfg.data_mb(inputs))
+    assert f"mem_mb={want['mem_mb']}," in block and f"runtime={want['runtime']}" in block, block[:1500]
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):
