@@ -207,10 +207,13 @@ def expand(config: dict) -> None:
             exp["methods"] = names
 
 
-def selection_input(config: Mapping, method: str) -> str | None:
-    """The selection JSON a method's jobs read its picked hyperparameters from, or None.
-    ``selected: <study>/<base>`` in the method entry; a study with a single candidate (the
-    paper's fixed DIVE point) picks nothing, so nothing depends on it."""
+def selection_input(config: Mapping, method: str, stage: str = "final") -> str | None:
+    """The selection JSON a method's ``stage`` jobs read their picked hyperparameters from, or
+    None. ``selected: <study>/<base>`` in the method entry; a study with a single candidate (the
+    paper's fixed DIVE point) picks nothing, so nothing depends on it. A select-stage run of a
+    method that is itself one of the study's candidates trains at its own values: the pick is made
+    from that run (``dive`` with ``selected: dive_config/dive`` and a grid holding its values),
+    so reading the pick there would be a dependency cycle."""
     ref = config["methods"][method].get("selected")
     if not ref:
         return None
@@ -223,6 +226,8 @@ def selection_input(config: Mapping, method: str) -> str | None:
         raise ConfigError(f"config: methods.{method}.selected = {ref!r}: selection.{study} has no "
                           f"method {base!r} (have {sorted(cands)})")
     if len(cands[base]) < 2:
+        return None
+    if stage == "select" and method in {name for name, _ in cands[base]}:
         return None
     return SELECTION_PATH.format(study=study)
 

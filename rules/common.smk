@@ -197,7 +197,7 @@ def train_inputs(wildcards):
         "embeddings": EMBEDDINGS.format(**wildcards),
         "splits": SPLITS.format(**wildcards),
     }
-    selection = dcfg.selection_input(config, wildcards.method)
+    selection = dcfg.selection_input(config, wildcards.method, wildcards.stage)
     if selection:  # hyperparameters picked on validation queries (selected: <study>/<method>)
         inputs["selection"] = selection
     if needs_triplets(wildcards.method):

@@ -58,6 +58,9 @@ def test_dive_grid_generates_candidates_and_a_dependency():
     assert names == ["dive-margin0.5-heads4", "dive"]
     assert "selected" not in cfg["methods"]["dive-margin0.5-heads4"]  # candidates never depend on the pick
     assert dcfg.selection_input(cfg, "dive") == "results/selection/dive_config.json"
+    # the pick is made from dive's own select-stage run: that run must not wait for the pick
+    assert dcfg.selection_input(cfg, "dive", "select") is None
+    assert dcfg.selection_input(cfg, "dive", "final") == "results/selection/dive_config.json"
 
 
 def test_heads_variants_replace_impossible_head_counts():

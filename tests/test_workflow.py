@@ -374,6 +374,23 @@ def test_single_target_builds_only_what_it_needs(tmp_path):
         "headline_result": 1}
 
 
+def test_a_dive_grid_selects_without_a_dependency_cycle(tmp_path):
+    """config.yaml's documented way to select DIVE's configuration: a grid that holds DIVE's own
+    values and `selected: dive_config/dive` on DIVE. The final run waits for the pick; the
+    select-stage candidates (DIVE's own run among them) do not."""
+    cfg = tmp_path / "grid.yaml"
+    cfg.write_text("selection:\n  dive_grid: {margin: [0.5, 0.7]}\n"
+                   "methods:\n  dive: {type: dive, margin: 0.7, lambda_view: 0.01, gamma_geo: 10.0, tau: 0.1,\n"
+                   "         heads: 4, triplet_loss: hinge, lr: 2.0e-4, selected: dive_config/dive}\n")
+    proc = snakemake(tmp_path, "--configfile", str(REPO / "config" / "test.yaml"), str(cfg), "-n",
+                     "results/scifact-tiny/dive/seed2027.json")
+    out = proc.stdout + proc.stderr
+    jobs = job_stats(out)
+    assert jobs["train"] == 3 and jobs["select"] == 1 and jobs["evaluate"] == 3, jobs  # 2 candidates + final
+    final = out.split("wildcards: dataset=scifact-tiny, backbone=minilm, method=dive, k=64, stage=final")[0]
+    assert "results/selection/dive_config.json" in final.rsplit("rule train:", 1)[1]
+
+
 def test_bad_config_is_reported_with_its_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("methods:\n  dive:\n    mragin: 0.7\n")
