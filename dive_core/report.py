@@ -124,25 +124,25 @@ def significance_rows(results: Sequence[Mapping], reference_type: str = "dive",
     """For each dataset and each method of type ``reference_type``: the best other compressed
     method (by mean over seeds) and a paired randomization test on per-query scores averaged
     over seeds. ``results`` are result JSON dicts (with ``artifacts.per_query``)."""
-    by: dict[tuple[str, str], list[Mapping]] = {}
-    for r in results:
-        by.setdefault((r["dataset"], r["method"]), []).append(r)
+    by: dict[tuple[str, str, str], list[Mapping]] = {}
+    for r in results:  # per backbone: runs of two backbones are never pooled or compared
+        by.setdefault((r.get("backbone", ""), r["dataset"], r["method"]), []).append(r)
     out = []
-    for ds in dict.fromkeys(r["dataset"] for r in results):
-        methods = [m for (d, m) in by if d == ds]
-        refs = [m for m in methods if by[(ds, m)][0]["method_type"] == reference_type]
-        others = [m for m in methods if by[(ds, m)][0]["method_type"] not in (reference_type, "frozen")]
+    for bb, ds in dict.fromkeys((r.get("backbone", ""), r["dataset"]) for r in results):
+        methods = [m for (b, d, m) in by if (b, d) == (bb, ds)]
+        refs = [m for m in methods if by[(bb, ds, m)][0]["method_type"] == reference_type]
+        others = [m for m in methods if by[(bb, ds, m)][0]["method_type"] not in (reference_type, "frozen")]
         for ref in refs:
             for metric in metrics:
                 if not others:
                     continue
-                mean = {m: mean_std([r["metrics"][metric] for r in by[(ds, m)]])[0] for m in others}
+                mean = {m: mean_std([r["metrics"][metric] for r in by[(bb, ds, m)]])[0] for m in others}
                 best = max(others, key=lambda m: mean[m])
-                a = per_query_means([r["artifacts"]["per_query"] for r in by[(ds, ref)]], metric)
-                b = per_query_means([r["artifacts"]["per_query"] for r in by[(ds, best)]], metric)
+                a = per_query_means([r["artifacts"]["per_query"] for r in by[(bb, ds, ref)]], metric)
+                b = per_query_means([r["artifacts"]["per_query"] for r in by[(bb, ds, best)]], metric)
                 qs = sorted(set(a) & set(b))
                 diff = sum(a[q] - b[q] for q in qs) / len(qs) if qs else float("nan")
-                out.append({"dataset": ds, "metric": metric, "method": ref, "baseline": best,
+                out.append({"backbone": bb, "dataset": ds, "metric": metric, "method": ref, "baseline": best,
                             "n_queries": len(qs), "mean_diff": diff,
                             "p_value": paired_randomization([a[q] for q in qs], [b[q] for q in qs])})
     return out
@@ -155,8 +155,9 @@ def significance_markdown(rows: Sequence[Mapping]) -> str:
              "Method vs the best other compressed method of each dataset (by mean over seeds); "
              "per-query scores averaged over seeds; two-sided paired randomization test, "
              "10,000 sign flips.", "",
-             "| dataset | metric | method | best other | Δ mean | p | queries |", "|---|---|---|---|---|---|---|"]
+             "| backbone | dataset | metric | method | best other | Δ mean | p | queries |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['dataset']} | {r['metric']} | {r['method']} | {r['baseline']} | "
+        lines.append(f"| {r.get('backbone', '')} | {r['dataset']} | {r['metric']} | {r['method']} | {r['baseline']} | "
                      f"{r['mean_diff']:+.4f} | {r['p_value']:.4f} | {r['n_queries']} |")
     return "\n".join(lines) + "\n"

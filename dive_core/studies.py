@@ -97,6 +97,14 @@ def _deviations(results: Sequence[Mapping]) -> list[str]:
             for ds, cap in sorted(caps.items())]
 
 
+def _head(ctx: StudyContext, results: Sequence[Mapping], note: str | None = None) -> list[str]:
+    """A study table's opening lines: title, note, stated deviations (every study whose runs
+    trained on capped triplets says so)."""
+    note = ctx.note if note is None else note
+    dev = _deviations(results)
+    return [f"## {ctx.title}", ""] + ([note, ""] if note else []) + dev + ([""] if dev else [])
+
+
 def _column_label(ds: str, bb: str, many_backbones: bool) -> str:
     return f"{ds} ({bb})" if many_backbones else ds
 
@@ -265,9 +273,7 @@ def main_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     tables): per dataset and the mean over datasets, subsets with their n, paired significance."""
     summary = _summary(results)
     bbs = _backbones(results, ctx)
-    lines = [f"## {ctx.title}", ""] + ([ctx.note, ""] if ctx.note else []) + _deviations(results)
-    lines += [""] if _deviations(results) else []
-    lines += metric_table(summary, ctx, bbs) + subset_table(summary, ctx, bbs)
+    lines = _head(ctx, results) + metric_table(summary, ctx, bbs) + subset_table(summary, ctx, bbs)
     md = "\n".join(lines) + "\n" + report.significance_markdown(report.significance_rows(results))
     return StudyOutput(md, list(summary.values()), lambda p: grouped_bars(p, summary, ctx, bbs))
 
@@ -308,7 +314,7 @@ def ablation_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
     summary = _summary(results)
     bbs = _backbones(results, ctx)
     full = ctx.methods[-1]
-    lines = [f"## {ctx.title}", ""] + ([ctx.note, ""] if ctx.note else []) + _deviations(results)
+    lines = _head(ctx, results)
     rows = []
     for bb in bbs:
         head = ["variant"] + [f"{ds} nDCG@10" for ds in ctx.datasets] + ["mean nDCG@10", f"Δ mean vs {full}"]
@@ -337,7 +343,7 @@ def heads_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     bbs = _backbones(results, ctx)
     heads = {me: next(int(r["config"]["hparams"]["heads"]) for r in results if r["method"] == me)
              for me in ctx.methods if any(r["method"] == me for r in results)}
-    lines = [f"## {ctx.title}", ""] + ([f"Note: {ctx.note}.", ""] if ctx.note else [])
+    lines = _head(ctx, results, f"Note: {ctx.note}." if ctx.note else "")
     rows = []
     for bb in bbs:
         head = ["H", "method"] + [f"{ds} nDCG@10" for ds in ctx.datasets] + ["mean nDCG@10"]
@@ -412,7 +418,7 @@ def dynamics_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         if r["method_type"] != "dive":
             continue
         runs.setdefault((r["backbone"], r["dataset"]), []).append((r["seed"], read_train_log(r["artifacts"]["train_log"])))
-    lines = [f"## {ctx.title}", "",
+    lines = _head(ctx, results) + [
              f"| backbone | dataset | seeds | first epoch with rho < {RHO_THRESHOLD:.0%} (per seed) | "
              "rho at the last epoch (mean) | epochs |", "|---|---|---|---|---|---|"]
     rows = []
@@ -476,7 +482,7 @@ def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
     sel = ctx.selection or {}
     ref = sel.get("reference") or {}
     datasets = sel.get("datasets", ctx.datasets)
-    lines = [f"## {ctx.title}", "",
+    lines = _head(ctx, results, "") + [
              "| method | candidate | " + " | ".join(f"{ds} nDCG@10" for ds in datasets) + " | mean nDCG@10 | pick |",
              "|---|---|" + "---|" * len(datasets) + "---|---|"]
     rows = []
@@ -580,18 +586,26 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
     def figure(path):
         plt = _pyplot()
         fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), dpi=120)
-        for r in real:
-            xs = [f"{x['method']}\n{x['dim']}d" for x in r["indexes"]]
+        many = len(real) > 1  # one group of bars per dataset, each labelled with its dataset
+        for i, r in enumerate(real):
+            xs = [(f"{r['dataset']}\n" if many else "") + f"{x['method']}\n{x['dim']}d" for x in r["indexes"]]
+            color = plt.get_cmap("tab10").colors[i % 10] if many else "tab:blue"
             ax = axes[0]
-            ax.bar(xs, [x["latency_ms_median"] for x in r["indexes"]], color="tab:blue", label="measured median")
+            ax.bar(xs, [x["latency_ms_median"] for x in r["indexes"]], color=color,
+                   label="measured median" if i == 0 else None)
             ax.scatter(xs, [x["lower_bound_ms"] for x in r["indexes"]], color="black", marker="_", s=600,
-                       zorder=3, label="DRAM bandwidth bound")
-            ax.set_ylabel("single-query latency (ms)")
-            ax.set_title(f"{r['dataset']}: latency", fontsize=10)
-            ax.legend(fontsize=8)
-            axes[1].bar(xs, [x["throughput_qps"] for x in r["indexes"]], color="tab:green")
+                       zorder=3, label="DRAM bandwidth bound" if i == 0 else None)
+            axes[1].bar(xs, [x["throughput_qps"] for x in r["indexes"]], color="tab:green" if not many else color)
+        if real:
+            where = "" if many else f"{real[0]['dataset']}: "
+            axes[0].set_ylabel("single-query latency (ms)")
+            axes[0].set_title(f"{where}latency", fontsize=10)
+            axes[0].legend(fontsize=8)
             axes[1].set_ylabel("batched throughput (queries/s)")
-            axes[1].set_title(f"{r['dataset']}: throughput", fontsize=10)
+            axes[1].set_title(f"{where}throughput", fontsize=10)
+            if many:
+                for ax in axes[:2]:
+                    ax.tick_params(axis="x", labelsize=7)
         for r in syn:
             ax = axes[2]
             for d in sorted({x["dim"] for x in r["indexes"]}, reverse=True):
@@ -637,12 +651,13 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
 
     def figure(path):
         plt = _pyplot()
-        fig, axes = plt.subplots(1, 2, figsize=(14, 5), dpi=120)
+        fig, axes = plt.subplots(max(1, len(results)), 2, figsize=(14, 5 * max(1, len(results))), dpi=120,
+                                 squeeze=False)  # one row per dataset (and backbone)
         colors = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # grey is frozen's
         markers = {"float32": "o", "float16": "s", "sq8": "^", "binary": "x", "binary_rescore": "P"}
-        for r in results[:1]:
-            methods = list(dict.fromkeys(x["method"] for x in r["rows"]))
-            for ax, metric, label in zip(axes, ("ndcg@10", "recall@10"), ("nDCG@10", "Recall@10")):
+        methods = list(dict.fromkeys(x["method"] for r in results for x in r["rows"]))
+        for row, r in zip(axes, results):
+            for ax, metric, label in zip(row, ("ndcg@10", "recall@10"), ("nDCG@10", "Recall@10")):
                 for x in r["rows"]:
                     ref = x["method"] == "frozen"
                     ax.scatter(x["bytes_per_vector"], x[metric], marker=markers[x["encoding"]], s=45,
@@ -656,14 +671,15 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                 ax.set_xlabel("bytes per vector (log scale)")
                 ax.set_ylabel(f"held-out {label}")
                 ax.grid(alpha=0.3)
-                ax.set_title(f"{r['dataset']}: {label} per byte", fontsize=10)
-            handles = [plt.Line2D([], [], linestyle="", marker="o", color="0.35" if m == "frozen" else
-                                  colors[methods.index(m) % len(colors)],
-                                  label=m + (" (uncompressed)" if m == "frozen" else ""))
-                       for m in methods]
-            handles += [plt.Line2D([], [], linestyle="", marker=mk, color="black", label=e) for e, mk in markers.items()]
-            handles.append(plt.Line2D([], [], color="black", linestyle="dashed", label="Pareto front (nDCG@10)"))
-            fig.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(0.995, 0.5), frameon=False)
+                bb = f" ({r['backbone']})" if len({x['backbone'] for x in results}) > 1 else ""
+                ax.set_title(f"{r['dataset']}{bb}: {label} per byte", fontsize=10)
+        handles = [plt.Line2D([], [], linestyle="", marker="o", color="0.35" if m == "frozen" else
+                              colors[methods.index(m) % len(colors)],
+                              label=m + (" (uncompressed)" if m == "frozen" else ""))
+                   for m in methods]
+        handles += [plt.Line2D([], [], linestyle="", marker=mk, color="black", label=e) for e, mk in markers.items()]
+        handles.append(plt.Line2D([], [], color="black", linestyle="dashed", label="Pareto front (nDCG@10)"))
+        fig.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(0.995, 0.5), frameon=False)
         _suptitle(fig, ctx.title)
         _save(fig, path)
 

@@ -78,7 +78,13 @@ def test_significance_uses_per_query_scores(tmp_path):
     assert ndcg["baseline"] == "truncate" and ndcg["n_queries"] == 12  # best other, frozen excluded
     assert ndcg["mean_diff"] == pytest.approx((0.9 * 12 - 0.89 * 11 - 1.0) / 12)
     assert 0.0 < ndcg["p_value"] <= 1.0
-    assert "| ds | ndcg@10 | dive | truncate |" in report.significance_markdown(rows)
+    assert "| bb | ds | ndcg@10 | dive | truncate |" in report.significance_markdown(rows)
+    # a second backbone's runs of the same dataset and methods are tested on their own, never pooled
+    other = [{**r, "backbone": "bb2", "method_type": r["method_type"]} for r in results[:2]]
+    rows2 = report.significance_rows(results + other)
+    by_bb = {(r["backbone"], r["metric"]): r for r in rows2}
+    assert by_bb[("bb", "ndcg@10")] == ndcg
+    assert by_bb[("bb2", "ndcg@10")]["baseline"] == "pca" and by_bb[("bb2", "ndcg@10")]["mean_diff"] == pytest.approx(0.4)
 
 
 def test_grouped_bars_write_png(tmp_path):

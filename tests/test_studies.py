@@ -196,8 +196,9 @@ def test_dynamics_first_epoch_below_ten_percent(tmp_path):
         p.write_text("epoch\tphase\ttriplet\tview\tgeo\trho\ttotal\tseconds\n" + "".join(
             f"{i + 1}\ttrain\t0.1\t0.01\t0.02\t{r}\t0.13\t1.0\n" for i, r in enumerate(rhos)))
         logs[seed] = str(p)
-    results = [full_result("dive", "a", 0.5, seed=s, train_log=p) for s, p in logs.items()]
+    results = [full_result("dive", "a", 0.5, seed=s, train_log=p, cap=4) for s, p in logs.items()]
     out = studies.dynamics_study(results, ctx(["dive"], ["a"]))
+    assert "training triplets capped at 4 per query on a" in out.markdown  # every study states the cap
     row = next(l for l in out.markdown.splitlines() if l.startswith("| minilm | a |"))
     assert "| 3, never |" in row and "| 0.1000 |" in row  # mean of 0.05 and 0.15
     assert studies.first_below([0.2, 0.1, 0.099]) == 3  # strictly below
@@ -220,3 +221,43 @@ def test_tuned_counts_dataset_seed_wins():
     assert "| minilm | a | 1 | 0.6000 | smec-tuned | 0.5500 | +0.0500 |" in out.markdown
     assert "| minilm | a | 2 | 0.6000 | mrl-tuned | 0.6500 | -0.0500 |" in out.markdown
     assert "**1 of 2**" in out.markdown
+
+
+def _capture_figures(monkeypatch):
+    """The figures a study draws, kept open instead of written (their axes can be read)."""
+    figs = []
+    monkeypatch.setattr(studies, "_save", lambda fig, path: figs.append(fig))
+    return figs
+
+
+def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
+    """With two datasets (config/paper.yaml), each dataset's bars and frontier get their own
+    labelled place: nothing drawn over another dataset's, nothing left out."""
+    def index(ds_dim, method):
+        return {"method": method, "dim": ds_dim, "n_docs": 100, "repeats": 5, "n_single": 300, "k": 10,
+                "bytes_per_vector": 4 * ds_dim, "index_bytes": 400 * ds_dim, "memory_ratio_to_full": 1.0,
+                "latency_ms_median": 1.0, "latency_ms_p99": 2.0, "latency_speedup_vs_full": 1.0,
+                "lower_bound_ms": 0.5, "latency_ratio_to_bound": 2.0, "read_ms_same_size": 0.6,
+                "latency_ratio_to_read": 1.7, "throughput_qps": 100.0, "throughput_ratio_to_full": 1.0}
+
+    eff = [{"dataset": ds, "backbone": "minilm", "n_queries": 10, "faiss_version": "1", "device": "cpu", "cpu": "x",
+            "faiss_threads": 2, "bandwidth_gb_s": 10.0, "indexes": [index(384, "frozen"), index(64, "dive")]}
+           for ds in ("scifact", "nfcorpus")]
+    figs = _capture_figures(monkeypatch)
+    out = studies.efficiency_study(eff, ctx(["dive"], ["scifact", "nfcorpus"]))
+    out.figure("unused.png")
+    labels = [t.get_text() for t in figs[0].axes[0].get_xticklabels()]
+    assert labels == ["scifact\nfrozen\n384d", "scifact\ndive\n64d", "nfcorpus\nfrozen\n384d", "nfcorpus\ndive\n64d"]
+
+    def row(method, b, v, pareto):
+        return {"method": method, "dim": b, "encoding": "float32", "bytes_per_vector": b, "ndcg@10": v,
+                "recall@10": v, "pareto": pareto, "rescore_oversample": None, "seed": 2027}
+
+    front = [{"dataset": ds, "backbone": "minilm", "n_queries": 10,
+              "rows": [row("frozen", 1536, 0.6, True), row("dive", 256, 0.7, True)]} for ds in ("scifact", "nfcorpus")]
+    out = studies.frontier_study(front, ctx(["frozen", "dive"], ["scifact", "nfcorpus"]))
+    out.figure("unused.png")
+    titles = [ax.get_title() for ax in figs[1].axes]
+    assert titles == ["scifact: nDCG@10 per byte", "scifact: Recall@10 per byte",
+                      "nfcorpus: nDCG@10 per byte", "nfcorpus: Recall@10 per byte"]
+    assert all(len(ax.collections) == 2 for ax in figs[1].axes)  # each dataset's two points, in its own panel
