@@ -103,6 +103,9 @@ def _gpu_wanted(use_gpu: bool | str) -> bool:
     return available
 
 
+RESCORE_GATHER_BYTES = 64 << 20  # float32 candidate vectors gathered at once when re-scoring
+
+
 def index_search(index, encoding: str, queries: np.ndarray, k: int, docs: np.ndarray | None = None,
                  oversample: int = RESCORE_OVERSAMPLE) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, rows)`` of the top ``k`` per query, best first (higher score = better)."""
@@ -119,7 +122,11 @@ def index_search(index, encoding: str, queries: np.ndarray, k: int, docs: np.nda
         return -dist.astype(np.float32), rows
     if docs is None:
         raise ValueError("binary_rescore needs the float32 corpus vectors")
-    exact = np.einsum("qcd,qd->qc", np.asarray(docs, np.float32)[rows], q)
+    docs = np.asarray(docs, np.float32)
+    exact = np.empty(rows.shape, dtype=np.float32)
+    step = max(1, RESCORE_GATHER_BYTES // max(1, rows.shape[1] * docs.shape[1] * 4))
+    for s in range(0, len(q), step):  # the gathered candidates stay within RESCORE_GATHER_BYTES
+        exact[s:s + step] = np.einsum("qcd,qd->qc", docs[rows[s:s + step]], q[s:s + step])
     top = np.argsort(-exact, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(exact, top, 1), np.take_along_axis(rows, top, 1)
 

@@ -69,3 +69,22 @@ def test_index_free_search_equals_the_flat_index_without_copying_the_corpus():
         assert np.array_equal(r1, r2) and np.array_equal(s1, s2)
     assert isinstance(R.search_index(docs, use_gpu="auto"), R.FlatCorpus)
     assert not isinstance(R.search_index(docs, use_gpu="auto", encoding="sq8"), R.FlatCorpus)
+
+
+def test_rescoring_in_bounded_chunks_gives_the_same_ranking(monkeypatch):
+    """Re-scoring gathers the candidates' float32 vectors a few queries at a time (a bounded
+    buffer, not queries x candidates x d at once); the scores and order are the same."""
+    rng = np.random.default_rng(5)
+    docs = rng.standard_normal((500, 32)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    queries = rng.standard_normal((37, 32)).astype(np.float32)
+    index = R.build_index(docs, False, "binary_rescore")
+    whole = R.index_search(index, "binary_rescore", queries, 10, docs)
+    gathered = []
+    real_einsum = np.einsum
+    monkeypatch.setattr(R.np, "einsum", lambda spec, a, b: (gathered.append(a.nbytes), real_einsum(spec, a, b))[1])
+    monkeypatch.setattr(R, "RESCORE_GATHER_BYTES", 5 * 40 * 32 * 4)  # 5 queries' 40 candidates at a time
+    chunked = R.index_search(index, "binary_rescore", queries, 10, docs)
+    assert max(gathered) <= 5 * 40 * 32 * 4 and len(gathered) == 8  # ceil(37 / 5)
+    np.testing.assert_array_equal(whole[1], chunked[1])
+    np.testing.assert_allclose(whole[0], chunked[0], rtol=0, atol=1e-6)
