@@ -187,6 +187,11 @@ def test_main_table_shows_n_beside_subsets_and_no_score_for_an_empty_one(monkeyp
     subsets = next(l for l in out.markdown.splitlines() if l.startswith("| dive | 0.8000"))
     assert "– (n=0)" in subsets and "0.2000 (n=2)" in subsets and "0.8000 (n=3)" in subsets
     assert "capped at 4 per query on cq2" in out.markdown
+    assert "Document-disjoint runs" not in out.markdown
+    disjoint = [{**r, "config": {**r["config"], "method_entry": {"type": "dive", "doc_disjoint": True}}}
+                if r["method"] == "dive" else r for r in results]
+    out = studies.main_study(disjoint, ctx(["frozen", "dive"], ["a", "cq1", "cq2"], groups=GROUPS))
+    assert studies.DOC_DISJOINT_NOTE in out.markdown  # seen/unseen of a doc-disjoint run is explained
 
 
 def test_dynamics_first_epoch_below_ten_percent(tmp_path):
