@@ -330,6 +330,9 @@ def test_kill_9_then_the_documented_rerun_gives_identical_outputs(workdir, tmp_p
     assert ours["fingerprints"]["weights_sha256"] == ref["fingerprints"]["weights_sha256"]
     assert ours["metrics"] == ref["metrics"]
     assert (tmp_path / run / "per_query.tsv").read_bytes() == (workdir / run / "per_query.tsv").read_bytes()
+    print("kill -9 reruns: embeddings content_sha256", read_embeddings(tmp_path / h5).attrs["content_sha256"],
+          "weights_sha256", ours["fingerprints"]["weights_sha256"], "per_query_sha256",
+          ours["fingerprints"]["per_query_sha256"], "== uninterrupted run")
 
 
 def test_a_failed_job_shows_its_real_error_on_the_console(tmp_path):
