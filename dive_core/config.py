@@ -285,8 +285,9 @@ _CHECKED: dict[tuple, None] = {}
 
 def foreign_backbone_outputs(config: Mapping, root: str | Path = ".") -> list[tuple[str, str]]:
     """``[(path, backbone)]`` of existing outputs without a backbone in their path (headline
-    results ``results/{dataset}/{method}/seed{seed}.json``, the tables of experiments that follow
-    the default backbone) that hold another backbone's results than ``config["backbone"]``."""
+    results ``results/{dataset}/{method}/seed{seed}.json``, the selection JSONs, the tables of
+    experiments that follow the default backbone) made from another backbone than
+    ``config["backbone"]``."""
     import csv
     import json
 
@@ -298,6 +299,13 @@ def foreign_backbone_outputs(config: Mapping, root: str | Path = ".") -> list[tu
             continue
         if bb and bb != want:
             found.append((str(p.relative_to(root)), bb))
+    for p in sorted(root.glob("results/selection/*.json")):  # inputs: results/{dataset}/{backbone}/...
+        try:
+            inputs = json.loads(p.read_text(encoding="utf-8")).get("inputs") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        other = sorted({Path(x).parts[2] for x in inputs if len(Path(x).parts) > 3} - {want})
+        found += [(str(p.relative_to(root)), bb) for bb in other]
     for name, exp in (config.get("experiments") or {}).items():
         p = root / "results" / "tables" / f"{name}_runs.tsv"
         if (exp or {}).get("backbones") or not p.exists():

@@ -187,8 +187,12 @@ def test_a_default_backbone_switch_that_would_overwrite_results_is_refused(tmp_p
     (tmp_path / "results/tables").mkdir(parents=True)
     (tmp_path / "results/tables/main_runs.tsv").write_text("dataset\tbackbone\nscifact\tminilm\nscifact\tllm2vec-mistral-7b\n")
     (tmp_path / "results/tables/second_backbone_runs.tsv").write_text("dataset\tbackbone\nscifact\tx\n")
+    (tmp_path / "results/selection").mkdir(parents=True)
+    (tmp_path / "results/selection/lr_audit.json").write_text(json.dumps(
+        {"inputs": {"results/scifact/minilm/mrl/k64/select/seed2027/eval.json": "0" * 64}}))
     assert dcfg.foreign_backbone_outputs(cfg, tmp_path) == [
-        ("results/scifact/dive/seed2027.json", "minilm"), ("results/tables/main_runs.tsv", "minilm")]
+        ("results/scifact/dive/seed2027.json", "minilm"), ("results/selection/lr_audit.json", "minilm"),
+        ("results/tables/main_runs.tsv", "minilm")]
     with pytest.raises(dcfg.ConfigError, match=r"backbone = 'llm2vec-mistral-7b'.*results/scifact/dive/seed2027.json \(minilm\)"):
         dcfg.check_default_backbone(cfg, tmp_path)
     dcfg.check_default_backbone({**cfg, "backbone": "minilm"}, tmp_path / "results/tables")  # nothing there: fine
