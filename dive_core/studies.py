@@ -602,17 +602,32 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
         for i, r in enumerate(real):
             xs = [(f"{r['dataset']}\n" if many else "") + f"{x['method']}\n{x['dim']}d" for x in r["indexes"]]
             color = plt.get_cmap("tab10").colors[i % 10] if many else "tab:blue"
+            # the uncompressed reference (frozen, full dimension) hatched grey, as in every study figure
+            ref = [x["method"] == "frozen" for x in r["indexes"]]
+            faces = ["0.85" if f else color for f in ref]
+            hatches = ["//" if f else "" for f in ref]
             ax = axes[0]
-            ax.bar(xs, [x["latency_ms_median"] for x in r["indexes"]], color=color,
-                   label="measured median" if i == 0 else None)
+            bars = ax.bar(xs, [x["latency_ms_median"] for x in r["indexes"]], color=faces, edgecolor="0.3",
+                          linewidth=0.6)
+            for b, h in zip(bars, hatches):
+                b.set_hatch(h)
             ax.scatter(xs, [x["lower_bound_ms"] for x in r["indexes"]], color="black", marker="_", s=600,
                        zorder=3, label="DRAM bandwidth bound" if i == 0 else None)
-            axes[1].bar(xs, [x["throughput_qps"] for x in r["indexes"]], color="tab:green" if not many else color)
+            bars = axes[1].bar(xs, [x["throughput_qps"] for x in r["indexes"]], edgecolor="0.3", linewidth=0.6,
+                               color=["0.85" if f else ("tab:green" if not many else color) for f in ref])
+            for b, h in zip(bars, hatches):
+                b.set_hatch(h)
         if real:
             where = "" if many else f"{real[0]['dataset']}: "
             axes[0].set_ylabel("single-query latency (ms)")
             axes[0].set_title(f"{where}latency", fontsize=10)
-            axes[0].legend(fontsize=8)
+            from matplotlib.patches import Patch
+
+            handles, _ = axes[0].get_legend_handles_labels()
+            axes[0].legend(handles=[Patch(facecolor="0.85", edgecolor="0.3", hatch="//",
+                                          label="measured median: frozen (uncompressed)"),
+                                    Patch(facecolor="tab:blue" if not many else "0.5", edgecolor="0.3",
+                                          label="measured median: compressed"), *handles], fontsize=8)
             axes[1].set_ylabel("batched throughput (queries/s)")
             axes[1].set_title(f"{where}throughput", fontsize=10)
             if many:
@@ -710,8 +725,8 @@ CAPTIONS = {  # what each study's figure shows (the report's caption)
                 "thick: their mean; dashed: 10%). Right: DIVE's weighted loss terms per epoch (log scale).",
     "lr_audit": "Mean validation nDCG@10 of each learning-rate candidate (gold: the pick); purple dashed "
                 "line: DIVE's validation score.",
-    "efficiency": "Left: single-query latency of a FAISS flat index at each dimension (bars) against the "
-                  "memory-bandwidth bound (black marks). Middle: batched throughput. Right: latency against "
+    "efficiency": "Left: single-query latency of a FAISS flat index at each dimension (bars; hatched grey: "
+                  "frozen, the uncompressed full dimension) against the memory-bandwidth bound (black marks). Middle: batched throughput. Right: latency against "
                   "corpus size on synthetic unit vectors, per dimension.",
     "frontier": "Held-out nDCG@10 (left) and Recall@10 (right) against bytes per vector, every method, "
                 "dimension and encoding (marker: encoding; colour: method; grey: frozen, uncompressed). "
