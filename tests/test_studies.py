@@ -254,14 +254,21 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
     labels = [t.get_text() for t in figs[0].axes[0].get_xticklabels()]
     assert labels == ["scifact\nfrozen\n384d", "scifact\ndive\n64d", "nfcorpus\nfrozen\n384d", "nfcorpus\ndive\n64d"]
 
-    def row(method, b, v, pareto):
-        return {"method": method, "dim": b, "encoding": "float32", "bytes_per_vector": b, "ndcg@10": v,
-                "recall@10": v, "pareto": pareto, "rescore_oversample": None, "seed": 2027}
+    def row(method, b, v, pareto, enc="float32"):
+        return {"method": method, "dim": b, "encoding": enc, "bytes_per_vector": b, "ndcg@10": v,
+                "recall@10": v, "pareto": pareto, "rescore_oversample": 4 if enc == "binary_rescore" else None,
+                "seed": 2027}
 
     front = [{"dataset": ds, "backbone": "minilm", "n_queries": 10,
               "rows": [row("frozen", 1536, 0.6, True), row("dive", 256, 0.7, True)]} for ds in ("scifact", "nfcorpus")]
     out = studies.frontier_study(front, ctx(["frozen", "dive"], ["scifact", "nfcorpus"]))
     out.figure("unused.png")
+    # at 64 bytes or fewer: the best overall, and the best that needs nothing outside the index
+    one = [{"dataset": "scifact", "backbone": "minilm", "n_queries": 10,
+            "rows": [row("dive", 8, 0.72, True, "binary_rescore"), row("dive", 64, 0.69, False, "sq8")]}]
+    md = studies.frontier_study(one, ctx(["dive"], ["scifact"])).markdown
+    assert "Best at 64 bytes or fewer per vector: **dive 8d in binary_rescore** (8 B, nDCG@10 0.7200" in md
+    assert "(no re-scoring): **dive 64d in sq8** (64 B, nDCG@10 0.6900" in md and "on disk in a deployment" in md
     titles = [ax.get_title() for ax in figs[1].axes]
     assert titles == ["scifact: nDCG@10 per byte", "scifact: Recall@10 per byte",
                       "nfcorpus: nDCG@10 per byte", "nfcorpus: Recall@10 per byte"]
