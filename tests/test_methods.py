@@ -266,3 +266,22 @@ def test_compress_in_place_equals_a_new_matrix_and_evaluation_can_consume_the_co
         # consumed: the caller's matrix now holds the compressed vectors; otherwise it is untouched
         assert np.array_equal(emb.docs, fresh if consume else docs)
     assert results[True] == results[False]
+
+
+def test_compress_batches_stay_within_their_memory_budget(monkeypatch):
+    """By default a compress batch holds at most COMPRESS_BATCH_BYTES of float32 intermediates
+    (input, the adapter's hidden layer twice, output), so evaluating a large corpus adds a
+    bounded amount of memory; the vectors equal one-batch compression."""
+    from dive_core.methods import base, new_method
+
+    rng = np.random.default_rng(0)
+    docs = rng.standard_normal((1000, 32)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    m = new_method("dive", 32, 8, {**DIVE_HP, "hidden": 64, "heads": 4}, 2027, "cpu")
+    whole = m.compress(docs, batch_size=1000)
+    seen = []
+    real = m.transform
+    monkeypatch.setattr(m, "transform", lambda xb: (seen.append(len(xb)), real(xb))[1])
+    monkeypatch.setattr(base, "COMPRESS_BATCH_BYTES", 4 * (32 + 8 + 2 * 64) * 300)  # 300 rows' intermediates
+    np.testing.assert_allclose(m.compress(docs), whole, rtol=0, atol=1e-6)
+    assert seen == [300, 300, 300, 100]

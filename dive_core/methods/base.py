@@ -81,6 +81,9 @@ def normalize(x: torch.Tensor) -> torch.Tensor:
     return F.normalize(x, dim=-1)
 
 
+COMPRESS_BATCH_BYTES = 256 << 20  # float32 intermediates of one compress batch (see Method.compress)
+
+
 class Method:
     type: ClassVar[str] = ""
     hyperparameters: ClassVar[tuple[str, ...]] = ()
@@ -127,10 +130,16 @@ class Method:
 
     # -- shared ------------------------------------------------------------------------
     @torch.no_grad()
-    def compress(self, x: np.ndarray, batch_size: int = 65536, out: np.ndarray | None = None) -> np.ndarray:
+    def compress(self, x: np.ndarray, batch_size: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """L2-normalised (n, k) float32 vectors for (n, d) normalised frozen embeddings, written
         into ``out`` if given (may be ``x`` itself when k = d: each batch is read before its rows
-        are overwritten, so an uncompressed method needs no second copy of the corpus)."""
+        are overwritten, so an uncompressed method needs no second copy of the corpus).
+        ``batch_size``: rows per batch; by default as many as keep one batch's intermediates
+        (input, the adapter's hidden layer and its activation, output) within
+        ``COMPRESS_BATCH_BYTES``, so compressing a corpus adds a bounded amount of memory."""
+        if batch_size is None:
+            width = self.d + self.k + 2 * int(self.hp.get("hidden", self.d))
+            batch_size = max(256, COMPRESS_BATCH_BYTES // (4 * width))
         x = np.asarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.d:
             raise ValueError(f"{self.type}: expected an (n, {self.d}) matrix, got {x.shape}")
