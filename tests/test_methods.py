@@ -245,6 +245,11 @@ def test_compress_in_place_equals_a_new_matrix_and_evaluation_can_consume_the_co
     assert not np.array_equal(fresh, docs)
     buf = docs.copy()
     assert m.compress(buf, batch_size=7, out=buf) is buf and np.array_equal(buf, fresh)
+    # rows already of unit norm (as read_embeddings gives them): re-normalising changes some bits,
+    # and the in-place division changes exactly the same ones
+    unit = fresh.copy()
+    again = m.compress(unit)
+    assert m.compress(unit, out=unit) is unit and np.array_equal(unit, again)
     with pytest.raises(ValueError, match=r"out must be a float32 \(300, 8\) array"):
         new_method("truncate", problem.d, 8, {}, 0).compress(docs, out=docs)
     n_q = 12

@@ -77,8 +77,11 @@ def resolve_hparams(name: str, entry: Mapping[str, Any], training: Mapping[str, 
     return out
 
 
+NORMALIZE_EPS = 1e-12  # F.normalize's default
+
+
 def normalize(x: torch.Tensor) -> torch.Tensor:
-    return F.normalize(x, dim=-1)
+    return F.normalize(x, dim=-1, eps=NORMALIZE_EPS)
 
 
 COMPRESS_BATCH_BYTES = 256 << 20  # float32 intermediates of one compress batch (see Method.compress)
@@ -148,9 +151,14 @@ class Method:
         elif out.shape != (x.shape[0], self.k) or out.dtype != np.float32:
             raise ValueError(f"{self.type}: out must be a float32 {(x.shape[0], self.k)} array, got "
                              f"{out.dtype} {out.shape}")
+        in_place = out is x and torch.device(self.device).type == "cpu"
         for s in range(0, x.shape[0], batch_size):
-            xb = torch.as_tensor(x[s:s + batch_size], device=self.device)
-            out[s:s + batch_size] = normalize(self.transform(xb)).float().cpu().numpy()
+            xb = torch.as_tensor(x[s:s + batch_size], device=self.device)  # on the CPU: a view of x
+            y = self.transform(xb)
+            if in_place and y is xb:  # an identity transform over its own output: divide in place
+                y.div_(y.norm(2, dim=-1, keepdim=True).clamp_min(NORMALIZE_EPS))  # = normalize(y), bit for bit
+            else:
+                out[s:s + batch_size] = normalize(y).float().cpu().numpy()
         return out
 
     def state_sha256(self) -> str:
