@@ -160,15 +160,17 @@ def search(
     run: dict[str, dict[str, float]] = {}
     for start in range(0, len(query_ids), batch_size):
         scores, idx = index_search(index, encoding, q[start:start + batch_size], k, docs)
+        scores, idx = scores.tolist(), idx.tolist()  # Python floats and ints: no numpy scalar per hit
         for row, qid in enumerate(query_ids[start:start + batch_size]):
             hits: dict[str, float] = {}
+            drop_q = drop_all or qid in drop
             for s, i in zip(scores[row], idx[row]):
                 if i < 0:
                     continue
                 did = doc_ids[i]
-                if did == qid and (drop_all or qid in drop):
+                if drop_q and did == qid:
                     continue
-                hits[did] = float(s)
+                hits[did] = s
                 if len(hits) == top_k:
                     break
             run[qid] = hits
