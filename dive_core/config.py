@@ -291,19 +291,20 @@ def foreign_backbone_outputs(config: Mapping, root: str | Path = ".") -> list[tu
     import csv
     import json
 
+    def read(p: Path) -> dict:
+        try:
+            obj = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return obj if isinstance(obj, dict) else {}
+
     root, want, found = Path(root), config["backbone"], []
     for p in sorted(root.glob("results/*/*/seed*.json")):
-        try:
-            bb = json.loads(p.read_text(encoding="utf-8")).get("backbone")
-        except (OSError, ValueError, AttributeError):
-            continue
+        bb = read(p).get("backbone")
         if bb and bb != want:
             found.append((str(p.relative_to(root)), bb))
     for p in sorted(root.glob("results/selection/*.json")):  # inputs: results/{dataset}/{backbone}/...
-        try:
-            inputs = json.loads(p.read_text(encoding="utf-8")).get("inputs") or {}
-        except (OSError, ValueError, AttributeError):
-            continue
+        inputs = read(p).get("inputs") or {}
         other = sorted({Path(x).parts[2] for x in inputs if len(Path(x).parts) > 3} - {want})
         found += [(str(p.relative_to(root)), bb) for bb in other]
     for name, exp in (config.get("experiments") or {}).items():

@@ -24,6 +24,7 @@ from typing import Callable, Mapping, Sequence
 from . import report
 from .atomic import atomic_path
 
+REFERENCE_STYLE = dict(color="0.85", edgecolor="0.3", hatch="//", linewidth=0.8)  # frozen in every bar chart
 RHO_THRESHOLD = 0.10  # "rho(t) falling below 10%"
 DIVE_TERMS = ("triplet", "view", "geo")  # DIVE's weighted loss terms in its train log
 
@@ -224,7 +225,7 @@ def grouped_bars(path: str | Path, summary: Mapping, ctx: StudyContext, backbone
                     continue
                 x = j + (i - (n_m - 1) / 2) * width
                 e = 0.0 if math.isnan(s[f"{metric}_std"]) else s[f"{metric}_std"]
-                style = (dict(color="0.85", edgecolor="0.3", hatch="//", linewidth=0.8) if ref
+                style = (REFERENCE_STYLE if ref
                          else dict(color=colors[compressed.index(me) % len(colors)]))
                 ax.bar(x, s[metric], width, yerr=e, capsize=2, label=(f"{me} (uncompressed, {s['k']}d)" if ref else me)
                        if j == 0 else None, **style)
@@ -602,21 +603,13 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
         for i, r in enumerate(real):
             xs = [(f"{r['dataset']}\n" if many else "") + f"{x['method']}\n{x['dim']}d" for x in r["indexes"]]
             color = plt.get_cmap("tab10").colors[i % 10] if many else "tab:blue"
-            # the uncompressed reference (frozen, full dimension) hatched grey, as in every study figure
-            ref = [x["method"] == "frozen" for x in r["indexes"]]
-            faces = ["0.85" if f else color for f in ref]
-            hatches = ["//" if f else "" for f in ref]
-            ax = axes[0]
-            bars = ax.bar(xs, [x["latency_ms_median"] for x in r["indexes"]], color=faces, edgecolor="0.3",
-                          linewidth=0.6)
-            for b, h in zip(bars, hatches):
-                b.set_hatch(h)
-            ax.scatter(xs, [x["lower_bound_ms"] for x in r["indexes"]], color="black", marker="_", s=600,
-                       zorder=3, label="DRAM bandwidth bound" if i == 0 else None)
-            bars = axes[1].bar(xs, [x["throughput_qps"] for x in r["indexes"]], edgecolor="0.3", linewidth=0.6,
-                               color=["0.85" if f else ("tab:green" if not many else color) for f in ref])
-            for b, h in zip(bars, hatches):
-                b.set_hatch(h)
+            for ax, key, plain in ((axes[0], "latency_ms_median", color), (axes[1], "throughput_qps",
+                                                                             color if many else "tab:green")):
+                for xl, x in zip(xs, r["indexes"]):  # frozen (uncompressed) as in every study figure
+                    ax.bar(xl, x[key], **(REFERENCE_STYLE if x["method"] == "frozen"
+                                          else dict(color=plain, edgecolor="0.3", linewidth=0.8)))
+            axes[0].scatter(xs, [x["lower_bound_ms"] for x in r["indexes"]], color="black", marker="_", s=600,
+                            zorder=3, label="DRAM bandwidth bound" if i == 0 else None)
         if real:
             where = "" if many else f"{real[0]['dataset']}: "
             axes[0].set_ylabel("single-query latency (ms)")
@@ -624,8 +617,8 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
             from matplotlib.patches import Patch
 
             handles, _ = axes[0].get_legend_handles_labels()
-            axes[0].legend(handles=[Patch(facecolor="0.85", edgecolor="0.3", hatch="//",
-                                          label="measured median: frozen (uncompressed)"),
+            ref = {("facecolor" if k == "color" else k): v for k, v in REFERENCE_STYLE.items()}
+            axes[0].legend(handles=[Patch(**ref, label="measured median: frozen (uncompressed)"),
                                     Patch(facecolor="tab:blue" if not many else "0.5", edgecolor="0.3",
                                           label="measured median: compressed"), *handles], fontsize=8)
             axes[1].set_ylabel("batched throughput (queries/s)")

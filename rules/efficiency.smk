@@ -16,7 +16,7 @@ rule efficiency:
         "../envs/train-gpu.yaml"
     threads: config["threads"]["evaluate"]
     resources:
-        gpu=config["gpu"].get("efficiency", 1),
+        gpu=config["gpu"]["efficiency"],
         mem_mb=job_resource("measure", "mem_mb"),
         runtime=job_resource("measure", "runtime"),
     params:
@@ -37,7 +37,7 @@ rule efficiency_synthetic:
         "../envs/train-gpu.yaml"
     threads: config["threads"]["evaluate"]
     resources:
-        gpu=config["gpu"].get("efficiency", 1),
+        gpu=config["gpu"]["efficiency"],
         mem_mb=job_resource("measure", "mem_mb", extra_mb=synthetic_mb()),
         runtime=job_resource("measure", "runtime", extra_mb=synthetic_mb()),
     params:

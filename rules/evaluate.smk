@@ -18,7 +18,7 @@ rule evaluate:
         "../envs/train-gpu.yaml"
     threads: config["threads"]["evaluate"]
     resources:
-        gpu=config["gpu"].get("evaluate", 1),
+        gpu=config["gpu"]["evaluate"],
         mem_mb=job_resource("evaluate", "mem_mb"),
         runtime=job_resource("evaluate", "runtime"),
     params:

@@ -15,7 +15,7 @@ rule triplets:
         "../envs/data.yaml"
     threads: 1
     resources:
-        gpu=lambda wc: config["gpu"].get("triplets", 1) if wc.negatives.startswith("hard") else 0,
+        gpu=lambda wc: config["gpu"]["triplets"] if wc.negatives.startswith("hard") else 0,
         mem_mb=job_resource("text", "mem_mb"),
         runtime=job_resource("text", "runtime"),
     params:

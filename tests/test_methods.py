@@ -250,6 +250,7 @@ def test_compress_in_place_equals_a_new_matrix_and_evaluation_can_consume_the_co
     unit = fresh.copy()
     again = m.compress(unit)
     assert m.compress(unit, out=unit) is unit and np.array_equal(unit, again)
+    assert np.array_equal(again, torch.nn.functional.normalize(torch.from_numpy(fresh), dim=-1).numpy())
     with pytest.raises(ValueError, match=r"out must be a float32 \(300, 8\) array"):
         new_method("truncate", problem.d, 8, {}, 0).compress(docs, out=docs)
     n_q = 12

@@ -151,12 +151,13 @@ class Method:
         elif out.shape != (x.shape[0], self.k) or out.dtype != np.float32:
             raise ValueError(f"{self.type}: out must be a float32 {(x.shape[0], self.k)} array, got "
                              f"{out.dtype} {out.shape}")
-        in_place = out is x and torch.device(self.device).type == "cpu"
+        cpu = torch.device(self.device).type == "cpu"
         for s in range(0, x.shape[0], batch_size):
             xb = torch.as_tensor(x[s:s + batch_size], device=self.device)  # on the CPU: a view of x
             y = self.transform(xb)
-            if in_place and y is xb:  # an identity transform over its own output: divide in place
-                y.div_(y.norm(2, dim=-1, keepdim=True).clamp_min(NORMALIZE_EPS))  # = normalize(y), bit for bit
+            if cpu:  # normalize(y), bit for bit, divided straight into out's rows (in place when out is x)
+                torch.div(y, y.norm(2, dim=-1, keepdim=True).clamp_min(NORMALIZE_EPS),
+                          out=torch.from_numpy(out[s:s + batch_size]))
             else:
                 out[s:s + batch_size] = normalize(y).float().cpu().numpy()
         return out
