@@ -26,7 +26,8 @@ rule evaluate:
         config_snapshot=lambda wc: {
             "backbone": backbone_spec(wc.backbone, omit=("mem_mb",)),
             "split": config["split"],
-            "triplets": config["triplets"],
+            # this dataset's cap only: another dataset's cap must not rerun this one's jobs
+            "triplets": {**config["triplets"], "max_per_query": dcfg.triplet_cap(config, wc.dataset)},
             "training": config["training"],
             "method_entry": method_entry(wc.method),
             "evaluation": config["evaluation"],
