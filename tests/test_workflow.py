@@ -415,6 +415,22 @@ def test_bad_config_is_reported_with_its_key(tmp_path):
     assert proc.returncode != 0 and "k*H = 64*7 = 448 exceeds the embedding dimension d = 384" in out
 
 
+def test_another_datasets_triplet_cap_reruns_nothing_here(workdir, tmp_path):
+    """config/paper.yaml caps NFCorpus's triplets; adding that cap must not re-evaluate (or
+    retrain) anything of a dataset it does not name, while a cap on this dataset does."""
+    import yaml
+
+    other = tmp_path / "other_cap.yaml"
+    other.write_text(yaml.safe_dump({"triplets": {"max_per_query": {"nfcorpus": 4}}}))
+    proc = snakemake(workdir, "all", "-n", "--configfile", str(REPO / "config" / "test.yaml"), str(other))
+    assert job_stats(proc.stdout + proc.stderr) == {}, proc.stdout[-3000:]
+    own = tmp_path / "own_cap.yaml"
+    own.write_text(yaml.safe_dump({"triplets": {"max_per_query": {"scifact-tiny": 4}}}))
+    proc = snakemake(workdir, "all", "-n", "--configfile", str(REPO / "config" / "test.yaml"), str(own))
+    jobs = job_stats(proc.stdout + proc.stderr)
+    assert jobs.get("triplets", 0) >= 1 and jobs.get("train", 0) >= 1 and jobs.get("evaluate", 0) >= 1
+
+
 def test_switching_the_default_backbone_never_overwrites_another_backbones_results(workdir, tmp_path):
     """The headline results and the default studies' tables carry no backbone in their paths: a
     config whose `backbone:` differs from the one those files hold is refused, naming a file and
