@@ -25,6 +25,10 @@ from . import report
 from .atomic import atomic_path
 
 REFERENCE_STYLE = dict(color="0.85", edgecolor="0.3", hatch="//", linewidth=0.8)  # frozen in every bar chart
+# one colour per compressed method type in every figure (tab10 without its grey, which is frozen's)
+METHOD_COLORS = dict(zip(("truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive"),
+                         ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")))
+SPARE_COLORS = ("#bcbd22", "#17becf", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 RHO_THRESHOLD = 0.10  # "rho(t) falling below 10%"
 DIVE_TERMS = ("triplet", "view", "geo")  # DIVE's weighted loss terms in its train log
 
@@ -108,6 +112,17 @@ def _head(ctx: StudyContext, results: Sequence[Mapping], note: str | None = None
 
 def _column_label(ds: str, bb: str, many_backbones: bool) -> str:
     return f"{ds} ({bb})" if many_backbones else ds
+
+
+def method_colors(types: Mapping[str, str]) -> dict[str, str]:
+    """Compressed method name -> colour. Each method type keeps one colour across every figure
+    (``mrl-tuned`` is MRL's red, as ``mrl`` is) when the figure has one method per type; a figure
+    of variants of one type (the ablation) colours them by position instead."""
+    names = list(types)
+    if len(set(types.values())) == len(names) and all(t in METHOD_COLORS for t in types.values()):
+        return {m: METHOD_COLORS[types[m]] for m in names}
+    palette = list(METHOD_COLORS.values()) + list(SPARE_COLORS)
+    return {m: palette[i % len(palette)] for i, m in enumerate(names)}
 
 
 def _is_reference(s: Mapping) -> bool:
@@ -211,10 +226,11 @@ def grouped_bars(path: str | Path, summary: Mapping, ctx: StudyContext, backbone
     width_in = max(6.0, 0.55 * n_m * len(groups) + 2.5)
     fig, axes = plt.subplots(1, len(metrics), figsize=(width_in * len(metrics) * 0.75 + 2.2, 4.6), dpi=120,
                              squeeze=False)
-    colors = plt.get_cmap("tab10").colors
     width = 0.8 / n_m
     compressed = [me for me in ctx.methods if not any(_is_reference(summary[(bb, ds, me)])
                                                       for bb, ds in groups if (bb, ds, me) in summary)]
+    colors = method_colors({me: next((summary[(bb, ds, me)].get("method_type") for bb, ds in groups
+                                      if (bb, ds, me) in summary), me) for me in compressed})
     for ax, (metric, label) in zip(axes[0], metrics):
         top = 0.1
         for i, me in enumerate(ctx.methods):
@@ -226,7 +242,7 @@ def grouped_bars(path: str | Path, summary: Mapping, ctx: StudyContext, backbone
                 x = j + (i - (n_m - 1) / 2) * width
                 e = 0.0 if math.isnan(s[f"{metric}_std"]) else s[f"{metric}_std"]
                 style = (REFERENCE_STYLE if ref
-                         else dict(color=colors[compressed.index(me) % len(colors)]))
+                         else dict(color=colors[me]))
                 ax.bar(x, s[metric], width, yerr=e, capsize=2, label=(f"{me} (uncompressed, {s['k']}d)" if ref else me)
                        if j == 0 else None, **style)
                 ax.text(x, s[metric] + e + 0.01, f"{s[metric]:.3f}", ha="center", va="bottom", fontsize=6.5,
@@ -385,8 +401,8 @@ def heads_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
                 line, = ax.plot([h for h, _, _ in pts], [v for _, v, _ in pts], marker="o",
                                 label=_column_label(ds, bb, len(bbs) > 1))
                 for h, v, me in pts:
-                    ax.annotate(f"{v:.3f}", (h, v), textcoords="offset points", xytext=(0, 11), ha="center",
-                                fontsize=7)
+                    ax.annotate(f"{v:.3f}", (h, v), textcoords="offset points", xytext=(0, 9), ha="center",
+                                va="bottom", fontsize=7)  # clear of the 14-pt ring
                     if me == ctx.highlight:
                         ax.plot([h], [v], marker="o", markersize=14, markerfacecolor="none",
                                 markeredgecolor=line.get_color(), linewidth=0)
@@ -680,15 +696,15 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         plt = _pyplot()
         fig, axes = plt.subplots(max(1, len(results)), 2, figsize=(14, 5 * max(1, len(results))), dpi=120,
                                  squeeze=False)  # one row per dataset (and backbone)
-        colors = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # grey is frozen's
         markers = {"float32": "o", "float16": "s", "sq8": "^", "binary": "x", "binary_rescore": "P"}
         methods = list(dict.fromkeys(x["method"] for r in results for x in r["rows"]))
+        # the frontier's runs are the configured methods, named by their type
+        colors = {**method_colors({m: m for m in methods if m != "frozen"}), "frozen": "0.35"}
         for row, r in zip(axes, results):
             for ax, metric, label in zip(row, ("ndcg@10", "recall@10"), ("nDCG@10", "Recall@10")):
                 for x in r["rows"]:
-                    ref = x["method"] == "frozen"
                     ax.scatter(x["bytes_per_vector"], x[metric], marker=markers[x["encoding"]], s=45,
-                               color="0.35" if ref else colors[methods.index(x["method"]) % len(colors)],
+                               color=colors[x["method"]],
                                edgecolors="black" if x["pareto"] else "none", linewidths=1.2)
                 front = sorted((x["bytes_per_vector"], x[metric]) for x in r["rows"] if x["pareto"])
                 if metric == "ndcg@10" and front:
@@ -700,8 +716,7 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                 ax.grid(alpha=0.3)
                 bb = f" ({r['backbone']})" if len({x['backbone'] for x in results}) > 1 else ""
                 ax.set_title(f"{r['dataset']}{bb}: {label} per byte", fontsize=10)
-        handles = [plt.Line2D([], [], linestyle="", marker="o", color="0.35" if m == "frozen" else
-                              colors[methods.index(m) % len(colors)],
+        handles = [plt.Line2D([], [], linestyle="", marker="o", color=colors[m],
                               label=m + (" (uncompressed)" if m == "frozen" else ""))
                    for m in methods]
         handles += [plt.Line2D([], [], linestyle="", marker=mk, color="black", label=e) for e, mk in markers.items()]

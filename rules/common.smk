@@ -327,7 +327,10 @@ def experiment_title(wildcards):
     exp = dcfg.experiment(config, wildcards.experiment)
     if exp.get("study") in STUDY_OUTPUTS:
         return f"{wildcards.experiment}: {exp.get('description', exp['study'])}"
-    role = "held-out test queries" if exp["stage"] == "final" else "validation queries"
+    if exp.get("study") == "dynamics":  # read from train logs: no query is evaluated
+        role = "final-stage training logs" if exp["stage"] == "final" else "select-stage training logs"
+    else:
+        role = "held-out test queries" if exp["stage"] == "final" else "validation queries"
     backbones = ", ".join(exp.get("backbones") or [config["backbone"]])
     return f"{wildcards.experiment}: {role}, backbone {backbones}, {exp['dim']} dimension" + (
         f" - {exp['description']}" if exp.get("description") else ""

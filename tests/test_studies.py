@@ -273,3 +273,16 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
     assert titles == ["scifact: nDCG@10 per byte", "scifact: Recall@10 per byte",
                       "nfcorpus: nDCG@10 per byte", "nfcorpus: Recall@10 per byte"]
     assert all(len(ax.collections) == 2 for ax in figs[1].axes)  # each dataset's two points, in its own panel
+
+
+def test_a_method_keeps_its_colour_across_figures():
+    """main, tuned, doc_disjoint and the frontier colour a method type alike (mrl-tuned is mrl's
+    colour), while the ablation's DIVE variants, all of one type, get distinct colours."""
+    main = studies.method_colors({m: m for m in ("truncate", "pca", "mrl", "smec", "dive")})
+    tuned = studies.method_colors({"mrl-tuned": "mrl", "search_adaptor-tuned": "search_adaptor", "dive": "dive"})
+    assert tuned["mrl-tuned"] == main["mrl"] and tuned["dive"] == main["dive"]
+    assert studies.method_colors({"dive": "dive"})["dive"] == main["dive"]
+    assert len(set(main.values())) == len(main)
+    ablation = studies.method_colors({m: "dive" for m in ("dive-softplus", "dive-noview", "dive-nogeo", "dive")})
+    assert len(set(ablation.values())) == 4
+    assert "0.35" not in main.values() and "0.85" not in ablation.values()  # frozen's greys
