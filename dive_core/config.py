@@ -31,6 +31,20 @@ def load_yaml(path: str | os.PathLike) -> Any:
         raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
 
 
+def canonical_order(config: Any, template: Any) -> Any:
+    """``config`` with its mapping keys in ``template``'s order (recursively), other keys after
+    them in their own order. Snakemake compares a job's params with the recorded ones in key
+    order, and the merged config's order depends on how it was composed (``--configfile
+    config/paper.yaml`` puts its keys first, ``--configfile config/config.yaml config/paper.yaml``
+    does not): ordering every config like the defaults file makes the same settings the same
+    params however they were given."""
+    if not isinstance(config, Mapping):
+        return config
+    template = template if isinstance(template, Mapping) else {}
+    keys = [k for k in template if k in config] + [k for k in config if k not in template]
+    return {k: canonical_order(config[k], template.get(k)) for k in keys}
+
+
 def load_registry(path: str | os.PathLike) -> dict[str, dict]:
     reg = load_yaml(path)
     if not isinstance(reg, dict):

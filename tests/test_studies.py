@@ -286,3 +286,18 @@ def test_a_method_keeps_its_colour_across_figures():
     ablation = studies.method_colors({m: "dive" for m in ("dive-softplus", "dive-noview", "dive-nogeo", "dive")})
     assert len(set(ablation.values())) == 4
     assert "0.35" not in main.values() and "0.85" not in ablation.values()  # frozen's greys
+
+
+def test_config_key_order_follows_the_defaults_file():
+    """However a config was composed (`--configfile config/paper.yaml` alone puts paper.yaml's
+    keys first), the workflow sees the defaults file's key order, so the same settings give the
+    same params and no job reruns for the order alone."""
+    template = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
+    composed = {"triplets": {"max_per_query": {"nfcorpus": 4}, **{k: v for k, v in template["triplets"].items()
+                                                                  if k != "max_per_query"}},
+                "datasets": ["scifact", "nfcorpus"], "extra": {"b": 1, "a": 2}}
+    ordered = dcfg.canonical_order(composed, template)
+    assert list(ordered["triplets"]) == list(template["triplets"])
+    assert ordered["triplets"]["max_per_query"] == {"nfcorpus": 4}
+    assert list(ordered) == ["datasets", "triplets", "extra"] and list(ordered["extra"]) == ["b", "a"]
+    assert dcfg.canonical_order([1, 2], {"a": 1}) == [1, 2]
