@@ -10,7 +10,10 @@ min_version("9.0")
 
 # Relative to this file, so that `--directory elsewhere` still finds the defaults; any
 # --configfile / --config given on the command line is merged on top.
-configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+DEFAULT_CONFIG = os.path.join(workflow.basedir, "config", "config.yaml")
+
+
+configfile: DEFAULT_CONFIG
 
 
 validate(config, os.path.join(workflow.basedir, "config", "schema", "config.schema.yaml"))

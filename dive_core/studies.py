@@ -28,7 +28,7 @@ REFERENCE_STYLE = dict(color="0.85", edgecolor="0.3", hatch="//", linewidth=0.8)
 # one colour per compressed method type in every figure (tab10 without its grey, which is frozen's)
 METHOD_COLORS = dict(zip(("truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive"),
                          ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")))
-SPARE_COLORS = ("#bcbd22", "#17becf", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+PALETTE = (*METHOD_COLORS.values(), "#bcbd22", "#17becf")  # by position: variants of one type
 RHO_THRESHOLD = 0.10  # "rho(t) falling below 10%"
 DIVE_TERMS = ("triplet", "view", "geo")  # DIVE's weighted loss terms in its train log
 
@@ -92,9 +92,7 @@ def _deviations(results: Sequence[Mapping]) -> list[str]:
     """Stated deviations from the paper's protocol found in the results (triplet caps)."""
     caps = {}
     for r in results:
-        cap = (r.get("config") or {}).get("triplets", {}).get("max_per_query")
-        if isinstance(cap, Mapping):
-            cap = cap.get(r["dataset"])
+        cap = (r.get("config") or {}).get("triplets", {}).get("max_per_query")  # this dataset's (rule evaluate)
         if cap is not None and r.get("config", {}).get("n_triplets") is not None:
             caps[r["dataset"]] = cap
     return [f"**Deviation from the paper's protocol:** training triplets capped at {cap} per query on "
@@ -121,8 +119,7 @@ def method_colors(types: Mapping[str, str]) -> dict[str, str]:
     names = list(types)
     if len(set(types.values())) == len(names) and all(t in METHOD_COLORS for t in types.values()):
         return {m: METHOD_COLORS[types[m]] for m in names}
-    palette = list(METHOD_COLORS.values()) + list(SPARE_COLORS)
-    return {m: palette[i % len(palette)] for i, m in enumerate(names)}
+    return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(names)}
 
 
 def _is_reference(s: Mapping) -> bool:
@@ -241,8 +238,7 @@ def grouped_bars(path: str | Path, summary: Mapping, ctx: StudyContext, backbone
                     continue
                 x = j + (i - (n_m - 1) / 2) * width
                 e = 0.0 if math.isnan(s[f"{metric}_std"]) else s[f"{metric}_std"]
-                style = (REFERENCE_STYLE if ref
-                         else dict(color=colors[me]))
+                style = REFERENCE_STYLE if ref else dict(color=colors[me])
                 ax.bar(x, s[metric], width, yerr=e, capsize=2, label=(f"{me} (uncompressed, {s['k']}d)" if ref else me)
                        if j == 0 else None, **style)
                 ax.text(x, s[metric] + e + 0.01, f"{s[metric]:.3f}", ha="center", va="bottom", fontsize=6.5,

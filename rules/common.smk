@@ -10,9 +10,7 @@ from dive_core import config as dcfg
 from dive_core import studies
 
 # the defaults file's key order, however the config was composed: same settings, same params
-_ORDERED = dcfg.canonical_order(
-    config, dcfg.load_yaml(os.path.join(workflow.basedir, "config", "config.yaml"))
-)
+_ORDERED = dcfg.canonical_order(config, dcfg.load_yaml(DEFAULT_CONFIG))
 config.clear()
 config.update(_ORDERED)
 REGISTRY = dcfg.load_registry(os.path.join(workflow.basedir, config["dataset_registry"]))
