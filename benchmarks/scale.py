@@ -102,16 +102,16 @@ def _paths(work: Path) -> dict[str, Path]:
 
 def _hparams(name: str) -> dict:
     from dive_core import config as dcfg
+    from dive_core import plan
 
     config = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
     config["training"]["epochs"] = 1
-    return dcfg.method_hparams(config, name)
+    return plan.method_hparams(config, name)
 
 
 def run_stage(stage: str, work: Path) -> dict:
     """One stage, in this process; returns what it wants reported beside its time and memory."""
-    from dive_core import data, splits, triplets
-    from dive_core.atomic import read_json, write_json
+    from dive_core import atomic, data, records, splits, triplets
 
     p = _paths(work)
     if stage == "stage":
@@ -132,10 +132,10 @@ def run_stage(stage: str, work: Path) -> dict:
     if stage == "splits":
         ds = data.load_staged(p["staged"])
         manifest = splits.make_manifest(ds, "synth", SEED)
-        write_json(p["splits"], manifest)
+        records.write("splits", p["splits"], manifest)
         return {"counts": manifest["counts"]}
     if stage == "triplets":
-        manifest = read_json(p["splits"])
+        manifest = records.read("splits", p["splits"])
         ds = data.load_staged(p["staged"])
         qrels = splits.role_qrels(manifest, splits.STAGES["final"]["train_roles"])
         t = triplets.build_triplets(qrels, splits.train_queries(manifest, "final"), ds.doc_ids, SEED, 10)
@@ -147,7 +147,7 @@ def run_stage(stage: str, work: Path) -> dict:
     from dive_core.methods import Method, new_method
     from dive_core.training import TrainLog, fit_data
 
-    manifest = read_json(p["splits"])
+    manifest = records.read("splits", p["splits"])
     emb = read_embeddings(p["emb"], expected_source=manifest["source_fingerprint"], against=p["splits"])
     if stage in ("train", "pca"):
         name = "dive" if stage == "train" else "pca"
@@ -167,7 +167,7 @@ def run_stage(stage: str, work: Path) -> dict:
         per_query, summary = evaluate_method(method, emb, manifest, "final", 100, use_gpu=False, consume=True)
         out = p["eval" if stage == "evaluate" else "eval_dive"]
         write_per_query(out.with_suffix(".tsv"), per_query, manifest["ids"]["test"])
-        write_json(out, {"metrics": summary["metrics"], "timings": summary["timings"]})
+        atomic.write_json(out, {"metrics": summary["metrics"], "timings": summary["timings"]})
         return {"evaluation_seconds": round(time.perf_counter() - t0, 3),
                 **{k: round(v, 3) for k, v in summary["timings"].items()},
                 "ndcg@10": round(summary["metrics"]["ndcg@10"], 4), "n_queries": summary["n_queries"]}

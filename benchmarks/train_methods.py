@@ -32,9 +32,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from dive_core import config as dcfg
+from dive_core import plan, records
 from dive_core import provenance, splits
 from dive_core.provenance import cpu_model
-from dive_core.atomic import read_json
 from dive_core.embeddings import read_embeddings
 from dive_core.methods import new_method
 from dive_core.training import FitData, TrainLog, fit_data, set_seed
@@ -114,13 +114,13 @@ def main() -> None:
     config = dcfg.load_yaml(a.config)
     res = f"results/{a.dataset}/{a.backbone}"
     emb = read_embeddings(f"{res}/embeddings.h5")
-    manifest = read_json(f"results/{a.dataset}/splits.json")
+    manifest = records.read("splits", f"results/{a.dataset}/splits.json")
     full = fit_data(emb, splits.train_queries(manifest, a.stage), f"{res}/triplets/{a.stage}-random.tsv")
     corpus = fit_data(emb, splits.train_queries(manifest, a.stage))
     hps = {}
     for name in a.methods:
-        hp = dcfg.method_hparams(config, name)
-        hp["__type"] = dcfg.method_type(config, name)
+        hp = plan.method_hparams(config, name)
+        hp["__type"] = plan.method_type(config, name)
         hps[name] = hp
     batch = int(hps["dive"]["batch_size"]) if "dive" in hps else 128
     part = subset(full, a.steps * batch)

@@ -2,6 +2,10 @@
 
 Modules
 -------
+config      loading the configuration (YAML with file:line errors, key order, registry)
+plan        the run plan: generated variants, every study's runs, selection dependencies, checks
+records     every file one job writes and another reads: versioned formats, writers, readers
+resources   the scheduler's memory / runtime model of each job
 atomic      crash-safe file writes (temporary file + rename)
 data        BEIR download, staging and strict loaders with source fingerprints
 splits      the SHA-256 rank split rule and split manifests
@@ -10,13 +14,14 @@ embeddings  HDF5 embedding store
 triplets    shared deterministic training triplets
 adapters    the residual MLP adapter and head slicing
 losses      every loss term, one nn.Module each
-training    the shared training loop (seeding, batching, logging)
-methods     one file per compression method, behind one interface
+training    the shared training loop (seeding, batching, logging) and its per-epoch log
+methods     one file per compression method, behind one interface; specs: metadata without torch
 retrieval   FAISS exact inner-product search
 metrics     pytrec_eval wrapper (nDCG@10, Recall@10/100, MRR@10)
-evaluation  compress -> search -> metrics -> result JSON
+evaluation  compress -> search -> metrics
+selection   picking hyperparameters on validation results
 report      aggregation over seeds, TSV, paired significance
-studies     one function per study: result JSONs -> table + figure; validation-only selection
+studies     one module per study: its declared inputs -> table + figure
 efficiency  flat-index memory / latency / throughput against the bandwidth bound
 export      a trained compressor outside the workflow (safetensors + JSON, sentence-transformers)
 provenance  library versions and fingerprints recorded in every output

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .methods.specs import check_heads  # torch-free: the planner checks k*H <= d too
+
 
 class ResidualMLP(nn.Module):
     """``f(z) = z + W2 relu(W1 z + b1) + b2`` with ``W1: d -> r``, ``W2: r -> d``.
@@ -25,17 +27,6 @@ class ResidualMLP(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return z + self.down(F.relu(self.up(z)))
-
-
-def check_heads(dim: int, k: int, heads: int) -> None:
-    """DIVE needs ``k * H <= d`` coordinates; anything else is a configuration error."""
-    if k < 1 or heads < 1:
-        raise ValueError(f"k and H must be positive (k={k}, H={heads})")
-    if k * heads > dim:
-        raise ValueError(
-            f"invalid DIVE configuration: k*H = {k}*{heads} = {k * heads} exceeds the embedding "
-            f"dimension d = {dim}; lower the output dimension k or the number of heads H"
-        )
 
 
 def split_heads(z: torch.Tensor, k: int, heads: int) -> torch.Tensor:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .atomic import atomic_path, read_json, write_json
+from . import records
+from .atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -337,10 +338,8 @@ def load_staged(data_dir: str | os.PathLike) -> BeirDataset:
     data_dir = Path(data_dir)
     if not (data_dir / "source.json").is_file():
         raise DataError(f"{data_dir}: no source.json: the dataset is not staged; run the data stage")
-    manifest = read_json(data_dir / "source.json")
-    return load_beir(
-        data_dir, manifest["fingerprint"], on_missing=manifest.get("on_missing", "error")
-    )
+    manifest = records.read("source", data_dir / "source.json")
+    return load_beir(data_dir, manifest["fingerprint"], on_missing=manifest["on_missing"])
 
 
 # --------------------------------------------------------------------------- download
@@ -510,5 +509,4 @@ def stage_dataset(
             "qrels": {k: sum(len(v) for v in t.values()) for k, t in ds.qrels.items()},
         },
     }
-    write_json(dest / "source.json", manifest)
-    return manifest
+    return records.write("source", dest / "source.json", manifest)

@@ -136,12 +136,12 @@ def compressed_test_vectors(embeddings_path, splits_path, runs, checkpoints):
     """For each ``(method, k)`` of ``runs`` and its checkpoint: ``(method, k, method object,
     compressed corpus, compressed test queries)``, plus the embeddings and split manifest that
     the caller needs, as ``(emb, manifest, items)``."""
-    from .atomic import read_json
+    from . import records
     from .embeddings import read_embeddings
     from .methods import Method
     from .splits import eval_queries
 
-    manifest = read_json(splits_path)
+    manifest = records.read("splits", splits_path)
     emb = read_embeddings(embeddings_path, expected_source=manifest["source_fingerprint"], against=splits_path)
     qrows = emb.query_rows(eval_queries(manifest, "final"))
 

@@ -6,8 +6,9 @@ Layout::
     /corpus/emb      float32 (n_docs, dim)   backbone output, as produced
     /queries/ids     utf-8 strings (n_queries,)
     /queries/emb     float32 (n_queries, dim)
-    attrs            backbone id, dim, instruction, max_length, pooling, precision, device,
-                     source fingerprint (JSON), library versions (JSON), content_sha256
+    attrs            the embeddings record (dive_core.records): format, backbone id, dim,
+                     instruction, max_length, pooling, precision, device, source fingerprint
+                     (JSON), library versions (JSON), content_sha256
                      json_attrs: JSON list of the attributes stored as JSON strings
 
 ``content_sha256`` hashes ids and matrices, so two files with the same vectors have the same
@@ -35,6 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from . import records
 from .atomic import atomic_path
 
 log = logging.getLogger(__name__)
@@ -160,8 +162,8 @@ def write_embeddings(
     plain: dict[str, Any] = {}
     json_keys: list[str] = []
     for k, v in attrs.items():
-        if k == JSON_ATTRS:
-            raise ValueError(f"attribute name {JSON_ATTRS!r} is reserved")
+        if k in (JSON_ATTRS, "format"):
+            raise ValueError(f"attribute name {k!r} is reserved")
         if isinstance(v, np.generic):
             v = v.item()
         if isinstance(v, (str, int, float, bool)):
@@ -185,6 +187,7 @@ def write_embeddings(
                 f.attrs[k] = v
             f.attrs[JSON_ATTRS] = json.dumps(json_keys)
             f.attrs["content_sha256"] = sha
+            f.attrs["format"] = records.FORMATS["embeddings"]
     return sha
 
 
@@ -263,6 +266,7 @@ def read_embeddings(path: str | Path, normalize: bool = True,
             or len(query_ids) != len(queries) or docs.shape[1] != queries.shape[1]:
         raise ValueError(f"{path}: not a valid embedding file: {len(doc_ids)} doc ids / "
                          f"{docs.shape} docs, {len(query_ids)} query ids / {queries.shape} queries")
+    attrs = records.check("embeddings", attrs, path)
     if expected_source is not None:
         from .data import check_same_source
 

@@ -42,9 +42,9 @@ def evaluate_vectors(docs, doc_ids, queries, manifest: Mapping, stage: str, top_
     role = STAGES[stage]["eval_role"]
     qids = eval_queries(manifest, stage)
     t1 = time.perf_counter()
-    same = manifest.get("identical_ids")  # manifests before this rule: every identical id dropped
+    same = manifest["identical_ids"]
     run = search(docs, doc_ids, queries, qids, top_k=top_k, use_gpu=use_gpu, encoding=encoding,
-                 exclude_self=True if same is None else same["ids"])
+                 exclude_self=same["ids"])
     t2 = time.perf_counter()
     per_query = evaluate(role_qrels(manifest, [role]), run)
     share = train_positive_share(run, training_positives(manifest, stage), qids)
@@ -65,8 +65,7 @@ def evaluate_vectors(docs, doc_ids, queries, manifest: Mapping, stage: str, top_
         "diagnostics": {"train_positive_share@10": {
             name: (sum(share[q] for q in ids) / len(ids) if ids else None)
             for name, ids in (("all", qids), ("seen", seen), ("unseen", unseen))}},
-        "identical_ids": ({"rule": "every identical id (manifest without the rule)"} if same is None else
-                          {"rule": same["rule"], "n_queries_dropping_themselves": len(set(same["ids"]) & set(qids))}),
+        "identical_ids": {"rule": same["rule"], "n_queries_dropping_themselves": len(set(same["ids"]) & set(qids))},
         "dim": int(docs.shape[1]),
         "top_k": top_k,
         "encoding": encoding,

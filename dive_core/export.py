@@ -31,6 +31,7 @@ from typing import Any, Mapping
 
 import torch
 
+from . import records
 from .atomic import atomic_open
 from .methods import Method, method_class
 
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--result", help="the run's result JSON (default: eval.json next to the checkpoint)")
     args = ap.parse_args(argv)
     result_path = Path(args.result) if args.result else Path(args.checkpoint).with_name("eval.json")
-    result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.is_file() else None
+    result = records.read("result", result_path) if result_path.is_file() else None
     if result is None:
         print(f"note: no result JSON at {result_path}: exporting the compressor alone, without metrics",
               file=sys.stderr)

@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from .atomic import atomic_open, read_json  # noqa: F401  (read_json: used by the workflow scripts)
+from .atomic import atomic_open
+from .records import run_key
 
 SHOWN = (("ndcg@10", "nDCG@10"), ("recall@10", "R@10"))
 
@@ -32,6 +33,18 @@ def collect(results: Iterable[Mapping]) -> list[dict]:
                 row[f"{subset}_{m}"] = v
         rows.append(row)
     return rows
+
+
+def dataset_mean(values: Mapping[str, float], groups: Mapping[str, str]) -> float:
+    """Unweighted mean over datasets, the members of a group (CQADupStack's 12 communities)
+    averaged first so the group counts once. NaN if a value is missing or NaN."""
+    by_group: dict[str, list[float]] = {}
+    for ds, v in values.items():
+        by_group.setdefault(groups.get(ds, ds), []).append(v)
+    means = [sum(v) / len(v) for v in by_group.values()]
+    if not means or any(math.isnan(m) for m in means):
+        return float("nan")
+    return sum(means) / len(means)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -119,11 +132,12 @@ def per_query_means(paths: Iterable[str | Path], metric: str) -> dict[str, float
     return {q: sum(v) / len(v) for q, v in sums.items()}
 
 
-def significance_rows(results: Sequence[Mapping], reference_type: str = "dive",
+def significance_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], reference_type: str = "dive",
                       metrics: Sequence[str] = ("ndcg@10", "recall@10")) -> list[dict]:
     """For each dataset and each method of type ``reference_type``: the best other compressed
     method (by mean over seeds) and a paired randomization test on per-query scores averaged
-    over seeds. ``results`` are result JSON dicts (with ``artifacts.per_query``)."""
+    over seeds. ``results``: result records; ``per_query``: each run's per-query TSV by
+    :func:`dive_core.records.run_key`."""
     by: dict[tuple[str, str, str], list[Mapping]] = {}
     for r in results:  # per backbone: runs of two backbones are never pooled or compared
         by.setdefault((r.get("backbone", ""), r["dataset"], r["method"]), []).append(r)
@@ -138,8 +152,8 @@ def significance_rows(results: Sequence[Mapping], reference_type: str = "dive",
                     continue
                 mean = {m: mean_std([r["metrics"][metric] for r in by[(bb, ds, m)]])[0] for m in others}
                 best = max(others, key=lambda m: mean[m])
-                a = per_query_means([r["artifacts"]["per_query"] for r in by[(bb, ds, ref)]], metric)
-                b = per_query_means([r["artifacts"]["per_query"] for r in by[(bb, ds, best)]], metric)
+                a = per_query_means([per_query[run_key(r)] for r in by[(bb, ds, ref)]], metric)
+                b = per_query_means([per_query[run_key(r)] for r in by[(bb, ds, best)]], metric)
                 qs = sorted(set(a) & set(b))
                 diff = sum(a[q] - b[q] for q in qs) / len(qs) if qs else float("nan")
                 out.append({"backbone": bb, "dataset": ds, "metric": metric, "method": ref, "baseline": best,

@@ -169,6 +169,24 @@ def write_log_tsv(path, log_: TrainLog) -> None:
             fh.write("\t".join(vals) + "\n")
 
 
+def read_log_tsv(path) -> list[dict]:
+    """The per-epoch log written by :func:`write_log_tsv`: one dict per epoch, numbers as floats."""
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    out = []
+    for r in rows:
+        row = {}
+        for k, v in r.items():
+            try:
+                row[k] = float(v)
+            except (TypeError, ValueError):
+                row[k] = v
+        out.append(row)
+    return out
+
+
 def fit_data(emb, train_qids: Sequence[str], triplets_path=None, device: str = "cpu") -> FitData:
     """FitData for one training stage: the whole corpus, only the stage's training queries
     (evaluated queries never reach a method's ``fit``), and the triplets mapped to rows."""

@@ -36,6 +36,7 @@ rule stage_beir:
         mem_mb=job_resource("text", "mem_mb"),
         runtime=job_resource("text", "runtime"),
     params:
+        record=records.FORMATS["source"],  # a new record format reruns the job
         entry=lambda wc: registry_entry(wc.dataset),
         mode=config["beir_local_mode"],
         on_missing=config["on_missing_qrels_ids"],

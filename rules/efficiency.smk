@@ -7,7 +7,7 @@ rule efficiency:
     input:
         unpack(efficiency_inputs),
     output:
-        "results/efficiency/{dataset}/{backbone}.json",
+        EFFICIENCY,
     log:
         "logs/efficiency/{dataset}/{backbone}.log",
     benchmark:
@@ -20,15 +20,16 @@ rule efficiency:
         mem_mb=job_resource("measure", "mem_mb"),
         runtime=job_resource("measure", "runtime"),
     params:
+        record=records.FORMATS["efficiency"],  # a new record format reruns the job
         settings=config["efficiency"],
-        dims=efficiency_dims,
+        dims=lambda wc: plan.efficiency_runs(config, wc.backbone),
     script:
         "../workflow_scripts/efficiency.py"
 
 
 rule efficiency_synthetic:
     output:
-        "results/efficiency/synthetic.json",
+        SYNTHETIC,
     log:
         "logs/efficiency/synthetic.log",
     benchmark:
@@ -38,9 +39,10 @@ rule efficiency_synthetic:
     threads: config["threads"]["evaluate"]
     resources:
         gpu=config["gpu"]["efficiency"],
-        mem_mb=job_resource("measure", "mem_mb", extra_mb=synthetic_mb()),
-        runtime=job_resource("measure", "runtime", extra_mb=synthetic_mb()),
+        mem_mb=job_resource("measure", "mem_mb", extra_mb=resources.synthetic_mb(config["efficiency"])),
+        runtime=job_resource("measure", "runtime", extra_mb=resources.synthetic_mb(config["efficiency"])),
     params:
+        record=records.FORMATS["efficiency"],  # a new record format reruns the job
         settings=config["efficiency"],
     script:
         "../workflow_scripts/efficiency_synthetic.py"
@@ -50,7 +52,7 @@ rule frontier:
     input:
         unpack(frontier_inputs),
     output:
-        "results/frontier/{dataset}/{backbone}.json",
+        FRONTIER,
     log:
         "logs/frontier/{dataset}/{backbone}.log",
     benchmark:
@@ -62,7 +64,8 @@ rule frontier:
         mem_mb=job_resource("measure", "mem_mb"),
         runtime=job_resource("measure", "runtime"),
     params:
-        runs=frontier_runs,
+        record=records.FORMATS["frontier"],  # a new record format reruns the job
+        runs=lambda wc: plan.frontier_runs(config, wc.backbone),
         top_k=config["evaluation"]["top_k"],
     script:
         "../workflow_scripts/frontier.py"

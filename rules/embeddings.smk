@@ -18,6 +18,7 @@ rule embed:
         mem_mb=job_resource("embed", "mem_mb"),
         runtime=job_resource("embed", "runtime"),
     params:
+        record=records.FORMATS["embeddings"],  # a new record format reruns the job
         spec=lambda wc: backbone_spec(wc.backbone, omit=("dims", "mem_mb")),
         instruction=query_instruction,
         device=config["device"],

@@ -22,12 +22,13 @@ rule evaluate:
         mem_mb=job_resource("evaluate", "mem_mb"),
         runtime=job_resource("evaluate", "runtime"),
     params:
+        record=records.FORMATS["result"],  # a new record format reruns the job
         top_k=config["evaluation"]["top_k"],
         config_snapshot=lambda wc: {
             "backbone": backbone_spec(wc.backbone, omit=("mem_mb",)),
             "split": config["split"],
             # this dataset's cap only: another dataset's cap must not rerun this one's jobs
-            "triplets": {**config["triplets"], "max_per_query": dcfg.triplet_cap(config, wc.dataset)},
+            "triplets": {**config["triplets"], "max_per_query": plan.triplet_cap(config, wc.dataset)},
             "training": config["training"],
             "method_entry": method_entry(wc.method),
             "evaluation": config["evaluation"],

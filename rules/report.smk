@@ -1,17 +1,15 @@
-# Stage 8 - report: one table (Markdown + TSV), a per-run TSV and one figure per study.
+# Stage 8 - report: one table (Markdown + TSV), a per-run TSV and one figure per study, from the
+# files its rule declares (table_inputs) and nothing else. Figure captions: report/figure.rst.
 
 
 rule table:
     input:
-        results=experiment_files(EVAL_JSON),
-        per_query=experiment_files(PER_QUERY),
-        train_logs=experiment_files(TRAIN_LOG),
-        selection=experiment_selection,
+        unpack(table_inputs),
     output:
         md=TABLE,
-        tsv=shown("results/tables/{experiment}.tsv", "table", "summary table"),
-        runs=shown("results/tables/{experiment}_runs.tsv", "runs", "per-run table"),
-        png=shown("results/figures/{experiment}.png", "figure", "figure"),
+        tsv=shown(TABLE_TSV, "table", "summary table"),
+        runs=shown(RUNS_TSV, "runs", "per-run table"),
+        png=shown(FIGURE, "figure", "figure"),
     log:
         "logs/table/{experiment}.log",
     conda:
@@ -20,14 +18,13 @@ rule table:
         mem_mb=job_resource("small", "mem_mb"),
         runtime=job_resource("small", "runtime"),
     params:
-        study=lambda wc: dcfg.experiment(config, wc.experiment).get("study", "main"),
-        methods=lambda wc: dcfg.experiment(config, wc.experiment).get("methods", []),
-        datasets=lambda wc: dcfg.experiment(config, wc.experiment)["datasets"],
-        backbones=lambda wc: dcfg.experiment(config, wc.experiment).get("backbones") or [config["backbone"]],
-        groups=lambda wc: dataset_groups(dcfg.experiment(config, wc.experiment)["datasets"]),
-        note=lambda wc: dcfg.experiment(config, wc.experiment).get("heads_note") or "",
-        highlight=lambda wc: dcfg.experiment(config, wc.experiment).get("base", "dive"),
-        title=experiment_title,
-        caption=lambda wc: studies.CAPTIONS[dcfg.experiment(config, wc.experiment).get("study", "main")],
+        study=lambda wc: experiment_of(wc)["study"],
+        methods=lambda wc: experiment_of(wc)["methods"],
+        datasets=lambda wc: experiment_of(wc)["datasets"],
+        backbones=lambda wc: experiment_of(wc)["backbones"],
+        groups=lambda wc: plan.dataset_groups(REGISTRY, experiment_of(wc)["datasets"]),
+        note=lambda wc: experiment_of(wc).get("heads_note") or "",
+        highlight=lambda wc: experiment_of(wc).get("base", "dive"),
+        title=lambda wc: plan.experiment_title(config, wc.experiment),
     script:
         "../workflow_scripts/table.py"

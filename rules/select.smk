@@ -9,18 +9,17 @@ rule select:
         SELECTION,
     log:
         "logs/select/{study}.log",
-    wildcard_constraints:
-        study="|".join(dcfg.SELECTION_STUDIES),
     conda:
         "../envs/report.yaml"
     resources:
         mem_mb=job_resource("small", "mem_mb"),
         runtime=job_resource("small", "runtime"),
     params:
-        candidates=lambda wc: dcfg.selection_candidates(config, wc.study),
-        datasets=lambda wc: dcfg.selection_settings(config)["datasets"],
-        seed=lambda wc: dcfg.selection_settings(config)["seed"],
-        groups=lambda wc: dataset_groups(dcfg.selection_settings(config)["datasets"]),
-        reference=lambda wc: "dive" if wc.study == "lr_audit" else None,
+        record=records.FORMATS["selection"],  # a new record format reruns the job
+        candidates=lambda wc: plan.selection_candidates(config, wc.study),
+        datasets=lambda wc: plan.selection_settings(config)["datasets"],
+        seed=lambda wc: plan.selection_settings(config)["seed"],
+        groups=lambda wc: plan.dataset_groups(REGISTRY, plan.selection_settings(config)["datasets"]),
+        reference=lambda wc: plan.selection_reference(config, wc.study),
     script:
         "../workflow_scripts/select.py"

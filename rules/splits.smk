@@ -16,6 +16,7 @@ rule make_splits:
         mem_mb=job_resource("text", "mem_mb"),
         runtime=job_resource("text", "runtime"),
     params:
+        record=records.FORMATS["splits"],  # a new record format reruns the job
         seed=config["split"]["seed"],
         fractions=config["split"]["fractions"],
         queries_in_corpus=lambda wc: registry_entry(wc.dataset).get("queries_in_corpus"),

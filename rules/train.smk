@@ -19,9 +19,10 @@ rule train:
         mem_mb=job_resource("train", "mem_mb"),
         runtime=job_resource("train", "runtime"),
     params:
-        type=lambda wc: dcfg.method_type(config, wc.method),
-        hparams=lambda wc: method_params(wc.method),
-        negatives=lambda wc: dcfg.method_negatives(config, wc.method),
+        record=records.FORMATS["checkpoint"],  # a new record format reruns the job
+        type=lambda wc: plan.method_type(config, wc.method),
+        hparams=lambda wc: plan.method_hparams(config, wc.method),
+        negatives=lambda wc: plan.method_negatives(config, wc.method),
         selected=lambda wc: config["methods"][wc.method].get("selected"),
         device=config["device"],
     script:

@@ -6,7 +6,7 @@ rule triplets:
         unpack(triplet_inputs),
     output:
         tsv=TRIPLETS,
-        meta=TRIPLETS.replace(".tsv", ".json"),
+        meta=TRIPLETS_META,
     log:
         "logs/triplets/{dataset}/{backbone}/{stage}-{negatives}.log",
     benchmark:
@@ -15,13 +15,14 @@ rule triplets:
         "../envs/data.yaml"
     threads: 1
     resources:
-        gpu=lambda wc: config["gpu"]["triplets"] if wc.negatives.startswith("hard") else 0,
+        gpu=lambda wc: config["gpu"]["triplets"] if hard_negatives(wc) else 0,
         mem_mb=job_resource("text", "mem_mb"),
         runtime=job_resource("text", "runtime"),
     params:
+        record=records.FORMATS["triplets"],  # a new record format reruns the job
         seed=config["split"]["seed"],
         num_negatives=config["triplets"]["num_negatives"],
-        hard_pool=lambda wc: config["triplets"]["hard_pool"] if wc.negatives.startswith("hard") else None,
-        max_per_query=lambda wc: dcfg.triplet_cap(config, wc.dataset),
+        hard_pool=lambda wc: config["triplets"]["hard_pool"] if hard_negatives(wc) else None,
+        max_per_query=lambda wc: plan.triplet_cap(config, wc.dataset),
     script:
         "../workflow_scripts/triplets.py"

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from dive_core.adapters import ResidualMLP, check_heads, first_head, split_heads
+from dive_core.adapters import ResidualMLP, first_head, split_heads
+from dive_core.methods.specs import check_heads
 
 
 def test_adapter_is_identity_at_init():

@@ -394,21 +394,19 @@ def test_mrl_two_stage_schedule(problem):
         new_method("mrl", problem.d, problem.k, dict(HP["mrl"], epochs=1, schedule="two_stage"), 0)
 
 
-@pytest.mark.parametrize("type_name,key,legacy", [("mrl", "schedule", "joint"),
-                                                  ("search_adaptor", "prediction_stop_gradient", False),
-                                                  ("smec", "ads_lr", "lr")])
-def test_checkpoints_from_before_the_audit_still_load(problem, tmp_path, type_name, key, legacy):
-    """A checkpoint written before a hyperparameter existed loads with the value that reproduces
-    how it was trained (SMEC: the scores shared the adapter's lr), and says it was filled in."""
-    hp = dict(HP.get(type_name) or dict(FAST, lr=5e-6, queue_size=64, queue_neighbors=4, gumbel_tau=1.0,
-                                         xbm_weight=1.0, ads_lr=1e-2))
-    m = new_method(type_name, problem.d, problem.k, hp, 0)
+def test_a_checkpoint_of_an_older_format_is_refused_with_what_to_rerun(problem, tmp_path):
+    """Checkpoints written before the records had versions (format dive-pipeline-checkpoint/1,
+    some without hyperparameters added later) are refused, never filled in: the message names
+    the file and the rule that rebuilds it."""
+    from dive_core.records import RecordError
+
+    m = new_method("mrl", problem.d, problem.k, HP["mrl"], 0)
     path = tmp_path / "old.pt"
     m.save(path)
     obj = torch.load(path, weights_only=True)
-    del obj["hparams"][key]
+    obj["format"] = "dive-pipeline-checkpoint/1"
+    del obj["hparams"]["schedule"]
     torch.save(obj, path)
-    loaded = Method.load(path)
-    want = hp["lr"] if legacy == "lr" else legacy
-    assert loaded.hp[key] == want and loaded.meta["legacy_hparams_filled"] == {key: want}
-    np.testing.assert_array_equal(loaded.compress(problem.docs), m.compress(problem.docs))
+    with pytest.raises(RecordError, match=rf"{path}: checkpoint record of format 'dive-pipeline-checkpoint/1'.*"
+                                          rf"rerun `snakemake {path}` \(rule train\)"):
+        Method.load(path)

@@ -178,10 +178,13 @@ def test_a_default_backbone_switch_that_would_overwrite_results_is_refused(tmp_p
     tests/test_workflow.py::test_switching_the_default_backbone_never_overwrites_another_backbones_results)."""
     import json
 
-    from dive_core import config as dcfg
+    from dive_core import plan
+    from dive_core.config import ConfigError
 
     cfg = {"backbone": "llm2vec-mistral-7b", "experiments": {"main": {}, "second_backbone": {"backbones": ["x"]}}}
-    assert dcfg.foreign_backbone_outputs(cfg, tmp_path) == []
+    paths = {"headline": "results/{dataset}/{method}/seed{seed}.json", "selection": "results/selection/{study}.json",
+             "runs_table": "results/tables/{experiment}_runs.tsv"}
+    assert plan.foreign_backbone_outputs(cfg, paths, tmp_path) == []
     (tmp_path / "results/scifact/dive").mkdir(parents=True)
     (tmp_path / "results/scifact/dive/seed2027.json").write_text(json.dumps({"backbone": "minilm"}))
     (tmp_path / "results/tables").mkdir(parents=True)
@@ -190,10 +193,10 @@ def test_a_default_backbone_switch_that_would_overwrite_results_is_refused(tmp_p
     (tmp_path / "results/selection").mkdir(parents=True)
     (tmp_path / "results/selection/lr_audit.json").write_text(json.dumps(
         {"inputs": {"results/scifact/minilm/mrl/k64/select/seed2027/eval.json": "0" * 64}}))
-    assert dcfg.foreign_backbone_outputs(cfg, tmp_path) == [
+    assert plan.foreign_backbone_outputs(cfg, paths, tmp_path) == [
         ("results/scifact/dive/seed2027.json", "minilm"), ("results/selection/lr_audit.json", "minilm"),
         ("results/tables/main_runs.tsv", "minilm")]
-    with pytest.raises(dcfg.ConfigError, match=r"backbone = 'llm2vec-mistral-7b'.*results/scifact/dive/seed2027.json \(minilm\)"):
-        dcfg.check_default_backbone(cfg, tmp_path)
+    with pytest.raises(ConfigError, match=r"backbone = 'llm2vec-mistral-7b'.*results/scifact/dive/seed2027.json \(minilm\)"):
+        plan.check_default_backbone(cfg, paths, tmp_path)
     # the backbone those outputs hold is accepted (tables of no configured experiment are not read)
-    dcfg.check_default_backbone({**cfg, "backbone": "minilm", "experiments": {}}, tmp_path)
+    plan.check_default_backbone({**cfg, "backbone": "minilm", "experiments": {}}, paths, tmp_path)

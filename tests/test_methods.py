@@ -142,7 +142,7 @@ def test_checkpoint_round_trip(problem, tmp_path, name, k):
 def test_checkpoint_rejects_foreign_file(tmp_path):
     p = tmp_path / "x.pt"
     torch.save({"weights": torch.zeros(2)}, p)
-    with pytest.raises(ValueError, match="not a dive-pipeline-checkpoint"):
+    with pytest.raises(ValueError, match=rf"{p}: checkpoint record of no format tag.*rule train"):
         Method.load(p)
 
 
@@ -177,16 +177,24 @@ def test_state_sha256_identifies_weights(problem, tmp_path):
     assert Method.load(tmp_path / "a.pt").state_sha256() == Method.load(tmp_path / "b.pt").state_sha256()
 
 
-def test_a_new_method_needs_only_a_registered_class_and_a_config_entry(problem, tmp_path):
-    """What a ninth method file does: subclass, register; its config entry resolves, it trains
-    through the shared loop and round-trips through a checkpoint."""
-    from dive_core.methods import METHODS, register
+def test_a_new_method_needs_a_spec_a_registered_class_and_a_config_entry(problem, tmp_path):
+    """What a ninth method does: declare its spec (torch-free: the planner reads it), subclass,
+    register; its config entry resolves, its values are checked, it trains through the shared
+    loop and round-trips through a checkpoint. A class without a spec is refused."""
+    from dive_core.methods import METHODS, SPECS, MethodSpec, add_spec, register
     from dive_core.methods.base import TorchMethod
+    from dive_core.methods.specs import SHARED, as_float
+
+    class Unspecified(TorchMethod):
+        type = "ninth_for_test"
+
+    with pytest.raises(TypeError, match="'ninth_for_test' has no MethodSpec"):
+        register(Unspecified)
+    add_spec(MethodSpec("ninth_for_test", True, ("scale", *SHARED), lambda d, k, hp: as_float("ninth", hp, "scale")))
 
     @register
     class Ninth(TorchMethod):
         type = "ninth_for_test"
-        hyperparameters = ("scale", "lr", "epochs", "batch_size", "hidden", "weight_decay")
 
         def build(self):
             self.net = torch.nn.ModuleDict({"proj": torch.nn.Linear(self.d, self.k, bias=False)})
@@ -201,8 +209,11 @@ def test_a_new_method_needs_only_a_registered_class_and_a_config_entry(problem, 
             return self.net["proj"](x)
 
     try:
+        assert Ninth.supervised and Ninth.hyperparameters == ("scale", *SHARED)
         hp = resolve_hparams("ninth", {"type": "ninth_for_test", "scale": 0.5, "lr": 1e-2},
                              {"epochs": 3, "batch_size": 32, "hidden": 8, "weight_decay": 0.0})
+        with pytest.raises(ValueError, match="hyperparameter 'scale' must be a finite number >= 0, got -1"):
+            new_method("ninth_for_test", problem.d, problem.k, {**hp, "scale": -1}, 0)
         m = new_method("ninth_for_test", problem.d, problem.k, hp, 0)
         log = fit(m, problem)
         assert [r["epoch"] for r in log.rows] == [1, 2, 3] and "hinge" in log.columns()
@@ -210,6 +221,7 @@ def test_a_new_method_needs_only_a_registered_class_and_a_config_entry(problem, 
         assert np.array_equal(Method.load(tmp_path / "m.pt").compress(problem.docs), m.compress(problem.docs))
     finally:
         METHODS.pop("ninth_for_test", None)
+        SPECS.pop("ninth_for_test", None)
 
 
 def test_pca_covariance_in_chunks_equals_the_svd(problem):

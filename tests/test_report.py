@@ -4,19 +4,20 @@ import math
 
 import pytest
 
-from dive_core import report, studies
+from dive_core import report
+from dive_core.records import run_key
+from dive_core.studies import shared
 from dive_core.evaluation import write_per_query
 
 
-def result(method, seed, ndcg, recall, mtype=None, per_query=None):
+def result(method, seed, ndcg, recall, mtype=None):
     return {"dataset": "ds", "backbone": "bb", "method": method, "method_type": mtype or method, "k": 8,
             "stage": "final", "seed": seed, "role": "test", "n_queries": 3,
             "timings": {"train_seconds": 10.0},
             "metrics": {"ndcg@10": ndcg, "recall@10": recall, "recall@100": 1.0, "mrr@10": ndcg},
             "subsets": {"seen": {"n_queries": 2, "metrics": {"ndcg@10": ndcg + 0.1}},
                         "unseen": {"n_queries": 1, "metrics": {"ndcg@10": ndcg - 0.2}}},
-            "diagnostics": {"train_positive_share@10": {"all": 0.3, "seen": 0.4, "unseen": seed / 10}},
-            "artifacts": {"per_query": per_query}}
+            "diagnostics": {"train_positive_share@10": {"all": 0.3, "seen": 0.4, "unseen": seed / 10}}}
 
 
 def test_mean_and_sample_std():
@@ -38,19 +39,19 @@ def test_summary_and_markdown_mark_best_compressed_method():
     assert s["dive"]["seen_ndcg@10"] == pytest.approx(0.75)
     keyed = {(x["backbone"], x["dataset"], x["method"]): x
              for x in report.summarize(rows, keys=("backbone", "dataset", "method"))}
-    ctx = studies.StudyContext(name="t", title="T", methods=["frozen", "pca", "dive"], datasets=["ds"])
-    md = "\n".join(studies.metric_table(keyed, ctx, ["bb"]))
+    ctx = shared.StudyContext(name="t", title="T", methods=["frozen", "pca", "dive"], datasets=["ds"])
+    md = "\n".join(shared.metric_table(keyed, ctx, ["bb"]))
     assert "| dive | 8 | **0.6500 ± 0.0000** | 0.6800 ± 0.0000 | 10 |" in md  # best nDCG, not best recall
     assert "| pca | 8 | 0.6000 ± 0.1414 | **0.7000 ± 0.1414** | 10 |" in md
     assert "**0.9000" not in md  # frozen is the uncompressed reference, never "best"
     # unseen train-positive share: seeds 1 and 2 give 0.1 and 0.2 -> 0.150 ± 0.071
     assert "| dive | 0.7500 ± 0.0000 (n=2) | 0.4500 ± 0.0000 (n=1) | 0.150 ± 0.071 |" in \
-        "\n".join(studies.subset_table(keyed, ctx, ["bb"]))
+        "\n".join(shared.subset_table(keyed, ctx, ["bb"]))
     old = report.summarize(report.collect([{**result("pca", 1, 0.5, 0.6), "diagnostics": None}]),
                            keys=("backbone", "dataset", "method"))
     old = {(x["backbone"], x["dataset"], x["method"]): x for x in old}
-    ctx_pca = studies.StudyContext(name="t", title="T", methods=["pca"], datasets=["ds"])
-    assert "| pca | 0.6000 (n=2) | 0.3000 (n=1) | – |" in "\n".join(studies.subset_table(old, ctx_pca, ["bb"]))
+    ctx_pca = shared.StudyContext(name="t", title="T", methods=["pca"], datasets=["ds"])
+    assert "| pca | 0.6000 (n=2) | 0.3000 (n=1) | – |" in "\n".join(shared.subset_table(old, ctx_pca, ["bb"]))
 
 
 def test_paired_randomization():
@@ -69,11 +70,11 @@ def test_significance_uses_per_query_scores(tmp_path):
         return str(path)
 
     good = [0.9] * 12
-    results = [result("dive", 1, 0.9, 0.9, per_query=pq("dive", good)),
-               result("pca", 1, 0.5, 0.5, per_query=pq("pca", [0.5] * 12)),
-               result("truncate", 1, 0.89, 0.89, per_query=pq("trunc", [0.89] * 11 + [1.0])),
-               result("frozen", 1, 1.0, 1.0, per_query=pq("frozen", [1.0] * 12))]
-    rows = report.significance_rows(results)
+    results = [result("dive", 1, 0.9, 0.9), result("pca", 1, 0.5, 0.5), result("truncate", 1, 0.89, 0.89),
+               result("frozen", 1, 1.0, 1.0)]
+    per_query = {run_key(r): pq(r["method"], scores) for r, scores in
+                 zip(results, (good, [0.5] * 12, [0.89] * 11 + [1.0], [1.0] * 12))}
+    rows = report.significance_rows(results, per_query)
     ndcg = [r for r in rows if r["metric"] == "ndcg@10"][0]
     assert ndcg["baseline"] == "truncate" and ndcg["n_queries"] == 12  # best other, frozen excluded
     assert ndcg["mean_diff"] == pytest.approx((0.9 * 12 - 0.89 * 11 - 1.0) / 12)
@@ -81,7 +82,8 @@ def test_significance_uses_per_query_scores(tmp_path):
     assert "| bb | ds | ndcg@10 | dive | truncate |" in report.significance_markdown(rows)
     # a second backbone's runs of the same dataset and methods are tested on their own, never pooled
     other = [{**r, "backbone": "bb2", "method_type": r["method_type"]} for r in results[:2]]
-    rows2 = report.significance_rows(results + other)
+    per_query.update({run_key(o): per_query[run_key(r)] for o, r in zip(other, results)})
+    rows2 = report.significance_rows(results + other, per_query)
     by_bb = {(r["backbone"], r["metric"]): r for r in rows2}
     assert by_bb[("bb", "ndcg@10")] == ndcg
     assert by_bb[("bb2", "ndcg@10")]["baseline"] == "pca" and by_bb[("bb2", "ndcg@10")]["mean_diff"] == pytest.approx(0.4)
@@ -92,6 +94,6 @@ def test_grouped_bars_write_png(tmp_path):
         report.collect([result("frozen", 1, 0.9, 0.95), result("pca", 1, 0.5, 0.6), result("dive", 1, 0.6, 0.7)]),
         keys=("backbone", "dataset", "method"))}
     out = tmp_path / "fig.png"
-    ctx = studies.StudyContext(name="t", title="title", methods=["frozen", "pca", "dive"], datasets=["ds"])
-    studies.grouped_bars(out, keyed, ctx, ["bb"])
+    ctx = shared.StudyContext(name="t", title="title", methods=["frozen", "pca", "dive"], datasets=["ds"])
+    shared.grouped_bars(out, keyed, ctx, ["bb"])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

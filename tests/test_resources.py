@@ -1,4 +1,4 @@
-"""Per-rule memory and runtime from the size of what a job reads (dive_core.config.job_resources),
+"""Per-rule memory and runtime from the size of what a job reads (dive_core.resources.job_resources),
 at the configured coefficients; the workflow-level check is in test_workflow.py."""
 
 from __future__ import annotations
@@ -7,23 +7,23 @@ import math
 
 import pytest
 
-from dive_core import config as dcfg
+from dive_core import resources
 
 
 def test_job_resources_hand_computed():
     # train reading 100 MB of text (split, triplets) and 1000 MB of matrices (embeddings):
     # 2500 + 3 * 100 + 1.5 * 1000 = 4300 MB; 60 + 240 * 1100 / 1024 = 317.8 -> 318 minutes
-    assert dcfg.job_resources("train", 100, 1000) == {"mem_mb": 4300, "runtime": 318}
+    assert resources.job_resources("train", 100, 1000) == {"mem_mb": 4300, "runtime": 318}
     # second attempt: 50% more of both
-    assert dcfg.job_resources("train", 100, 1000, attempt=2) == {"mem_mb": 6450, "runtime": 477}
+    assert resources.job_resources("train", 100, 1000, attempt=2) == {"mem_mb": 6450, "runtime": 477}
     # embed adds the backbone's own memory: configured, else the family default
-    assert dcfg.job_resources("embed", 10, 0, {"family": "llm2vec", "mem_mb": 32000})["mem_mb"] == 1500 + 32000 + 80
-    assert dcfg.job_resources("embed", 10, 0, {"family": "sentence_transformers"})["mem_mb"] == 1500 + 2000 + 80
+    assert resources.job_resources("embed", 10, 0, {"family": "llm2vec", "mem_mb": 32000})["mem_mb"] == 1500 + 32000 + 80
+    assert resources.job_resources("embed", 10, 0, {"family": "sentence_transformers"})["mem_mb"] == 1500 + 2000 + 80
     # evaluate: one float32 copy of the corpus matrix and what its search needs, <= 2.5x
-    fixed, per_text, per_matrix, _, _ = dcfg.JOB_RESOURCES["evaluate"]
+    fixed, per_text, per_matrix, _, _ = resources.JOB_RESOURCES["evaluate"]
     assert per_matrix == 2.5
     with pytest.raises(ValueError, match="unknown job kind 'gpu'"):
-        dcfg.job_resources("gpu", 1)
+        resources.job_resources("gpu", 1)
 
 
 def test_data_mb_counts_a_staged_folder_and_waits_for_missing_inputs(tmp_path):
@@ -34,7 +34,7 @@ def test_data_mb_counts_a_staged_folder_and_waits_for_missing_inputs(tmp_path):
     (staged / "source.json").write_bytes(b"{}")
     emb = tmp_path / "embeddings.h5"
     emb.write_bytes(b"x" * 3 * 2**20)
-    text, matrix = dcfg.data_mb([staged / "source.json", emb])
+    text, matrix = resources.data_mb([staged / "source.json", emb])
     assert math.isclose(text, 1.5 + 2 / 2**20) and matrix == 3.0
-    assert dcfg.data_mb([emb, tmp_path / "not-yet.tsv"]) is None
-    assert dcfg.data_mb([]) == (0.0, 0.0)
+    assert resources.data_mb([emb, tmp_path / "not-yet.tsv"]) is None
+    assert resources.data_mb([]) == (0.0, 0.0)

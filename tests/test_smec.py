@@ -371,11 +371,12 @@ def test_ads_learns_at_the_configured_learning_rates():
     from pathlib import Path
 
     from dive_core import config as dcfg
+    from dive_core import plan
     from dive_core.methods.smec import ads_summary
 
     torch.set_num_threads(1)
     cfg = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
-    hp = dcfg.method_hparams(cfg, "smec")
+    hp = plan.method_hparams(cfg, "smec")
     assert hp["lr"] == 5e-6  # the configured (paper) value, not a convenient one
     hp.update(epochs=30, batch_size=16, hidden=64)  # small problem: more, smaller steps
     m = new_method("smec", 32, 8, hp, seed=0)

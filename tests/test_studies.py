@@ -1,187 +1,41 @@
-"""The study layer: config expansion into study variants, validation-only selection, and the
-study tables, each against small hand-computed examples."""
+"""The study tables and figures (dive_core.studies), each against small hand-computed examples."""
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
+from dive_core import report
+from dive_core.records import run_key
+from dive_core.studies import efficiency, frontier, shared
+from dive_core.studies.dynamics import dynamics_study, first_below
+from dive_core.studies.efficiency import efficiency_study
+from dive_core.studies.frontier import frontier_study
+from dive_core.studies.main import DOC_DISJOINT_NOTE, main_study
+from dive_core.studies.tuned import tuned_study
 
-import pytest
-
-from dive_core import config as dcfg
-from dive_core import studies
-
-REPO = Path(__file__).resolve().parent.parent
-CONFIG = dcfg.load_yaml(REPO / "config" / "config.yaml")
-
-
-def expanded(cfg=None):
-    cfg = copy.deepcopy(cfg or CONFIG)
-    dcfg.expand(cfg)
-    return cfg
-
-
-# -- config expansion ----------------------------------------------------------------------
-def test_lr_audit_candidates_at_the_configured_values():
-    cfg = expanded()
-    cands = dcfg.selection_candidates(cfg, "lr_audit")
-    assert {b: [n for n, _ in c] for b, c in cands.items()} == {
-        "mrl": ["mrl-lr1e-04", "mrl", "mrl-lr5e-04"],  # 2e-4 is mrl's own lr: its runs are mrl's
-        "search_adaptor": ["search_adaptor-lr1e-04", "search_adaptor", "search_adaptor-lr5e-04"],
-        "smec": ["smec-lr1e-06", "smec", "smec-lr1e-05"],
-    }
-    assert cfg["methods"]["smec-lr1e-05"] == {**CONFIG["methods"]["smec"], "lr": 1e-5}
-    exp = dcfg.experiment(cfg, "lr_audit")
-    assert exp["stage"] == "select" and exp["seeds"] == [2027] and exp["methods"][-1] == "dive"
-    # the tuned methods read their lr from the audit; DIVE's single point selects nothing
-    assert dcfg.selection_input(cfg, "mrl-tuned") == "results/selection/lr_audit.json"
-    assert dcfg.selection_input(cfg, "dive") is None
-    hp, over = dcfg.apply_selection({"lr": 2e-4, "alpha": 1.0},
-                                    {"methods": {"mrl": {"pick": {"overrides": {"lr": 5e-4}}}}}, "lr_audit/mrl")
-    assert hp == {"lr": 5e-4, "alpha": 1.0} and over == {"lr": 5e-4}
-
-
-def test_lr_audit_needs_exactly_three_candidates():
-    cfg = copy.deepcopy(CONFIG)
-    cfg["selection"]["lr_audit"]["mrl"] = [1e-4, 2e-4]
-    dcfg.expand(cfg)
-    with pytest.raises(dcfg.ConfigError, match="selection.lr_audit.mrl has 2 candidates"):
-        dcfg.check(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"))
-
-
-def test_dive_grid_generates_candidates_and_a_dependency():
-    cfg = copy.deepcopy(CONFIG)
-    cfg["selection"]["dive_grid"] = {"margin": [0.5, 0.7], "heads": [4]}
-    cfg["methods"]["dive"] = {**cfg["methods"]["dive"], "selected": "dive_config/dive"}
-    dcfg.expand(cfg)
-    names = [n for n, _ in dcfg.selection_candidates(cfg, "dive_config")["dive"]]
-    assert names == ["dive-margin0.5-heads4", "dive"]
-    assert "selected" not in cfg["methods"]["dive-margin0.5-heads4"]  # candidates never depend on the pick
-    assert dcfg.selection_input(cfg, "dive") == "results/selection/dive_config.json"
-    # the pick is made from dive's own select-stage run: that run must not wait for the pick
-    assert dcfg.selection_input(cfg, "dive", "select") is None
-    assert dcfg.selection_input(cfg, "dive", "final") == "results/selection/dive_config.json"
-
-
-def test_heads_variants_replace_impossible_head_counts():
-    cfg = expanded()
-    assert dcfg.experiment(cfg, "heads")["methods"] == ["dive-h2", "dive", "dive-h6"]
-    assert "H = 8 cannot exist at k = 64, d = 384" in dcfg.experiment(cfg, "heads")["heads_note"]
-    assert cfg["methods"]["dive-h6"]["heads"] == 6
-    # LLM2Vec-Mistral at 128d: every H of the paper exists
-    variants, note = dcfg.heads_variants(cfg, "dive", [2, 4, 8], 128, 4096)
-    assert variants == [(2, "dive-h2"), (4, "dive"), (8, "dive-h8")] and note == ""
-
-
-def test_doc_disjoint_variants_only_for_supervised_methods():
-    cfg = expanded()
-    methods = dcfg.experiment(cfg, "doc_disjoint")["methods"]
-    assert methods == ["frozen", "truncate", "pca", "autoencoder", "mrl-docdisjoint",
-                       "search_adaptor-docdisjoint", "smec-docdisjoint", "dive-docdisjoint"]
-    assert dcfg.method_negatives(cfg, "dive-docdisjoint") == "random-docdisjoint"
-    assert dcfg.method_negatives(cfg, "dive") == "random"
-
-
-def test_label_free_types_match_the_methods():
-    from dive_core.methods import method_class
-
-    for t in ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive"):
-        assert (t in dcfg.LABEL_FREE_TYPES) == (not method_class(t).supervised), t
-
-
-def test_triplet_cap_per_dataset():
-    cfg = {"triplets": {"max_per_query": {"nfcorpus": 4}}}
-    assert dcfg.triplet_cap(cfg, "nfcorpus") == 4 and dcfg.triplet_cap(cfg, "scifact") is None
-    assert dcfg.triplet_cap({"triplets": {"max_per_query": 7}}, "scifact") == 7
-    assert dcfg.triplet_cap({"triplets": {}}, "scifact") is None
-    paper = dcfg.load_yaml(REPO / "config" / "paper.yaml")
-    assert "nfcorpus" in paper["datasets"] and paper["triplets"]["max_per_query"]["nfcorpus"] >= 1
-
-
-def test_expand_is_idempotent():
-    once = expanded()
-    twice = copy.deepcopy(once)
-    dcfg.expand(twice)
-    assert once == twice
-
-
-# -- selection -----------------------------------------------------------------------------
-def result(method, dataset, ndcg, stage="select", seed=2027):
-    return {"method": method, "dataset": dataset, "stage": stage, "seed": seed,
-            "role": "validation" if stage == "select" else "test", "metrics": {"ndcg@10": ndcg}}
-
-
-CANDS = {"mrl": [("mrl-lr1e-04", {"lr": 1e-4}), ("mrl", {"lr": 2e-4}), ("mrl-lr5e-04", {"lr": 5e-4})]}
 GROUPS = {"a": "a", "cq1": "cq", "cq2": "cq"}
-
-
-def validation(scores):
-    return [result(m, ds, v) for (m, ds), v in scores.items()]
-
-
-SCORES = {("mrl-lr1e-04", "a"): 0.50, ("mrl-lr1e-04", "cq1"): 0.30, ("mrl-lr1e-04", "cq2"): 0.10,
-          ("mrl", "a"): 0.40, ("mrl", "cq1"): 0.40, ("mrl", "cq2"): 0.30,
-          ("mrl-lr5e-04", "a"): 0.60, ("mrl-lr5e-04", "cq1"): 0.05, ("mrl-lr5e-04", "cq2"): 0.05,
-          ("dive", "a"): 0.70, ("dive", "cq1"): 0.50, ("dive", "cq2"): 0.40}
-
-
-def test_select_by_hand():
-    """Group mean first: lr1e-4 (0.50 + 0.20) / 2 = 0.35, lr2e-4 (0.40 + 0.35) / 2 = 0.375,
-    lr5e-4 (0.60 + 0.05) / 2 = 0.325 -> mrl (2e-4). Without the grouping lr5e-4's 0.60 would
-    win either: means over the three datasets would be 0.30, 0.367, 0.233."""
-    out = studies.select("lr_audit", CANDS, validation(SCORES), ["a", "cq1", "cq2"], 2027, GROUPS, "dive")
-    means = [c["mean"] for c in out["methods"]["mrl"]["candidates"]]
-    assert means == pytest.approx([0.35, 0.375, 0.325])
-    assert out["methods"]["mrl"]["pick"] == {"method": "mrl", "overrides": {"lr": 2e-4}, "mean": pytest.approx(0.375)}
-    assert out["reference"]["mean"] == pytest.approx((0.70 + 0.45) / 2)
-
-
-def test_changing_one_validation_score_changes_the_pick():
-    scores = dict(SCORES)
-    scores[("mrl-lr5e-04", "cq2")] = 0.45  # lr5e-4: (0.60 + 0.25) / 2 = 0.425 > 0.375
-    out = studies.select("lr_audit", CANDS, validation(scores), ["a", "cq1", "cq2"], 2027, GROUPS)
-    assert out["methods"]["mrl"]["pick"]["overrides"] == {"lr": 5e-4}
-
-
-def test_select_ties_go_to_the_earlier_candidate_and_test_results_are_refused():
-    flat = {(m, "a"): 0.5 for m, _ in CANDS["mrl"]}
-    out = studies.select("lr_audit", CANDS, validation(flat), ["a"], 2027)
-    assert out["methods"]["mrl"]["pick"]["method"] == "mrl-lr1e-04"
-    leak = validation(flat) + [result("mrl", "a", 0.9, stage="final")]
-    with pytest.raises(ValueError, match="only validation results may select"):
-        studies.select("lr_audit", CANDS, leak, ["a"], 2027)
-    with pytest.raises(ValueError, match="no validation result for mrl-lr1e-04 on b"):
-        studies.select("lr_audit", CANDS, validation(flat), ["a", "b"], 2027)
 
 
 # -- study tables ----------------------------------------------------------------------------
 def full_result(method, dataset, ndcg, seed=2027, mtype=None, seen=(3, 0.8), unseen=(0, None), k=64,
-                cap=None, train_log=None):
+                cap=None):
     sub = lambda n, v: {"n_queries": n, "metrics": None if n == 0 else {"ndcg@10": v}}  # noqa: E731
     return {"dataset": dataset, "backbone": "minilm", "method": method, "method_type": mtype or method,
             "k": k, "stage": "final", "seed": seed, "role": "test", "n_queries": seen[0] + unseen[0],
             "metrics": {"ndcg@10": ndcg, "recall@10": ndcg + 0.1, "recall@100": 1.0, "mrr@10": ndcg},
             "subsets": {"seen": sub(*seen), "unseen": sub(*unseen)}, "timings": {"train_seconds": 10.0},
             "diagnostics": {"train_positive_share@10": {"all": 0.1, "seen": 0.1, "unseen": None}},
-            "config": {"triplets": {"max_per_query": cap}, "n_triplets": 100},
-            "artifacts": {"per_query": None, "train_log": train_log}}
+            "config": {"triplets": {"max_per_query": cap}, "n_triplets": 100}}
 
 
 def ctx(methods, datasets, **kw):
-    return studies.StudyContext(name="t", title="t", methods=methods, datasets=datasets, **kw)
-
-
-def test_dataset_mean_averages_a_group_first():
-    assert studies.dataset_mean({"a": 0.6, "cq1": 0.2, "cq2": 0.4}, GROUPS) == pytest.approx(0.45)
-    assert studies.dataset_mean({"a": 0.6, "cq1": 0.2, "cq2": 0.4}, {}) == pytest.approx(0.4)
+    return shared.StudyContext(name="t", title="t", methods=methods, datasets=datasets, **kw)
 
 
 def test_main_table_shows_n_beside_subsets_and_no_score_for_an_empty_one(monkeypatch):
-    monkeypatch.setattr(studies.report, "significance_rows", lambda results: [])
+    monkeypatch.setattr(report, "significance_rows", lambda results, per_query: [])
     results = [full_result("frozen", "a", 0.7, k=384), full_result("dive", "a", 0.6),
                full_result("frozen", "cq1", 0.5, k=384, unseen=(2, 0.4)), full_result("dive", "cq1", 0.3, unseen=(2, 0.2)),
                full_result("frozen", "cq2", 0.5, k=384), full_result("dive", "cq2", 0.1, cap=4)]
-    out = studies.main_study(results, ctx(["frozen", "dive"], ["a", "cq1", "cq2"], groups=GROUPS))
+    out = main_study(results, ctx(["frozen", "dive"], ["a", "cq1", "cq2"], groups=GROUPS))
     dive_row = next(l for l in out.markdown.splitlines() if l.startswith("| dive | 64 |"))
     assert dive_row.split(" | ")[-2:] == ["**0.4000**", "**0.5000** |"]  # (0.6 + 0.2) / 2, recall +0.1
     subsets = next(l for l in out.markdown.splitlines() if l.startswith("| dive | 0.8000"))
@@ -190,8 +44,8 @@ def test_main_table_shows_n_beside_subsets_and_no_score_for_an_empty_one(monkeyp
     assert "Document-disjoint runs" not in out.markdown
     disjoint = [{**r, "config": {**r["config"], "method_entry": {"type": "dive", "doc_disjoint": True}}}
                 if r["method"] == "dive" else r for r in results]
-    out = studies.main_study(disjoint, ctx(["frozen", "dive"], ["a", "cq1", "cq2"], groups=GROUPS))
-    assert studies.DOC_DISJOINT_NOTE in out.markdown  # seen/unseen of a doc-disjoint run is explained
+    out = main_study(disjoint, ctx(["frozen", "dive"], ["a", "cq1", "cq2"], groups=GROUPS))
+    assert DOC_DISJOINT_NOTE in out.markdown  # seen/unseen of a doc-disjoint run is explained
 
 
 def test_dynamics_first_epoch_below_ten_percent(tmp_path):
@@ -201,28 +55,22 @@ def test_dynamics_first_epoch_below_ten_percent(tmp_path):
         p.write_text("epoch\tphase\ttriplet\tview\tgeo\trho\ttotal\tseconds\n" + "".join(
             f"{i + 1}\ttrain\t0.1\t0.01\t0.02\t{r}\t0.13\t1.0\n" for i, r in enumerate(rhos)))
         logs[seed] = str(p)
-    results = [full_result("dive", "a", 0.5, seed=s, train_log=p, cap=4) for s, p in logs.items()]
-    out = studies.dynamics_study(results, ctx(["dive"], ["a"]))
+    results = [full_result("dive", "a", 0.5, seed=s, cap=4) for s in logs]
+    out = dynamics_study(results, ctx(["dive"], ["a"], train_logs={run_key(r): logs[r["seed"]] for r in results}))
     assert "training triplets capped at 4 per query on a" in out.markdown  # every study states the cap
     row = next(l for l in out.markdown.splitlines() if l.startswith("| minilm | a |"))
     assert "| 3, never |" in row and "| 0.1000 |" in row  # mean of 0.05 and 0.15
-    assert studies.first_below([0.2, 0.1, 0.099]) == 3  # strictly below
+    assert first_below([0.2, 0.1, 0.099]) == 3  # strictly below
     out.figure(tmp_path / "dyn.png")
     assert (tmp_path / "dyn.png").stat().st_size > 10_000
 
 
-def test_tuned_counts_dataset_seed_wins():
+def test_tuned_counts_dataset_seed_wins(monkeypatch):
+    monkeypatch.setattr(report, "significance_rows", lambda results, per_query: [])
     results = [full_result("dive", "a", 0.6, seed=s) for s in (1, 2)]
     results += [full_result("mrl-tuned", "a", v, seed=s, mtype="mrl") for s, v in ((1, 0.5), (2, 0.65))]
     results += [full_result("smec-tuned", "a", v, seed=s, mtype="smec") for s, v in ((1, 0.55), (2, 0.1))]
-    import dive_core.report as rep
-
-    rep_sig = rep.significance_rows
-    rep.significance_rows = lambda r: []
-    try:
-        out = studies.tuned_study(results, ctx(["mrl-tuned", "smec-tuned", "dive"], ["a"]))
-    finally:
-        rep.significance_rows = rep_sig
+    out = tuned_study(results, ctx(["mrl-tuned", "smec-tuned", "dive"], ["a"]))
     assert "| minilm | a | 1 | 0.6000 | smec-tuned | 0.5500 | +0.0500 |" in out.markdown
     assert "| minilm | a | 2 | 0.6000 | mrl-tuned | 0.6500 | -0.0500 |" in out.markdown
     assert "**1 of 2**" in out.markdown
@@ -231,7 +79,8 @@ def test_tuned_counts_dataset_seed_wins():
 def _capture_figures(monkeypatch):
     """The figures a study draws, kept open instead of written (their axes can be read)."""
     figs = []
-    monkeypatch.setattr(studies, "_save", lambda fig, path: figs.append(fig))
+    for module in (efficiency, frontier):
+        monkeypatch.setattr(module, "save", lambda fig, path: figs.append(fig))
     return figs
 
 
@@ -249,7 +98,7 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
             "faiss_threads": 2, "bandwidth_gb_s": 10.0, "indexes": [index(384, "frozen"), index(64, "dive")]}
            for ds in ("scifact", "nfcorpus")]
     figs = _capture_figures(monkeypatch)
-    out = studies.efficiency_study(eff, ctx(["dive"], ["scifact", "nfcorpus"]))
+    out = efficiency_study(eff, ctx(["dive"], ["scifact", "nfcorpus"]))
     out.figure("unused.png")
     labels = [t.get_text() for t in figs[0].axes[0].get_xticklabels()]
     assert labels == ["scifact\nfrozen\n384d", "scifact\ndive\n64d", "nfcorpus\nfrozen\n384d", "nfcorpus\ndive\n64d"]
@@ -261,12 +110,12 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
 
     front = [{"dataset": ds, "backbone": "minilm", "n_queries": 10,
               "rows": [row("frozen", 1536, 0.6, True), row("dive", 256, 0.7, True)]} for ds in ("scifact", "nfcorpus")]
-    out = studies.frontier_study(front, ctx(["frozen", "dive"], ["scifact", "nfcorpus"]))
+    out = frontier_study(front, ctx(["frozen", "dive"], ["scifact", "nfcorpus"]))
     out.figure("unused.png")
     # at 64 bytes or fewer: the best overall, and the best that needs nothing outside the index
     one = [{"dataset": "scifact", "backbone": "minilm", "n_queries": 10,
             "rows": [row("dive", 8, 0.72, True, "binary_rescore"), row("dive", 64, 0.69, False, "sq8")]}]
-    md = studies.frontier_study(one, ctx(["dive"], ["scifact"])).markdown
+    md = frontier_study(one, ctx(["dive"], ["scifact"])).markdown
     assert "Best at 64 bytes or fewer per vector: **dive 8d in binary_rescore** (8 B, nDCG@10 0.7200" in md
     assert "(no re-scoring): **dive 64d in sq8** (64 B, nDCG@10 0.6900" in md and "on disk in a deployment" in md
     titles = [ax.get_title() for ax in figs[1].axes]
@@ -278,26 +127,13 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
 def test_a_method_keeps_its_colour_across_figures():
     """main, tuned, doc_disjoint and the frontier colour a method type alike (mrl-tuned is mrl's
     colour), while the ablation's DIVE variants, all of one type, get distinct colours."""
-    main = studies.method_colors({m: m for m in ("truncate", "pca", "mrl", "smec", "dive")})
-    tuned = studies.method_colors({"mrl-tuned": "mrl", "search_adaptor-tuned": "search_adaptor", "dive": "dive"})
+    main = shared.method_colors({m: m for m in ("truncate", "pca", "mrl", "smec", "dive")})
+    tuned = shared.method_colors({"mrl-tuned": "mrl", "search_adaptor-tuned": "search_adaptor", "dive": "dive"})
     assert tuned["mrl-tuned"] == main["mrl"] and tuned["dive"] == main["dive"]
-    assert studies.method_colors({"dive": "dive"})["dive"] == main["dive"]
+    assert shared.method_colors({"dive": "dive"})["dive"] == main["dive"]
     assert len(set(main.values())) == len(main)
-    ablation = studies.method_colors({m: "dive" for m in ("dive-softplus", "dive-noview", "dive-nogeo", "dive")})
+    ablation = shared.method_colors({m: "dive" for m in ("dive-softplus", "dive-noview", "dive-nogeo", "dive")})
     assert len(set(ablation.values())) == 4
     assert "0.35" not in main.values() and "0.85" not in ablation.values()  # frozen's greys
 
 
-def test_config_key_order_follows_the_defaults_file():
-    """However a config was composed (`--configfile config/paper.yaml` alone puts paper.yaml's
-    keys first), the workflow sees the defaults file's key order, so the same settings give the
-    same params and no job reruns for the order alone."""
-    template = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
-    composed = {"triplets": {"max_per_query": {"nfcorpus": 4}, **{k: v for k, v in template["triplets"].items()
-                                                                  if k != "max_per_query"}},
-                "datasets": ["scifact", "nfcorpus"], "extra": {"b": 1, "a": 2}}
-    ordered = dcfg.canonical_order(composed, template)
-    assert list(ordered["triplets"]) == list(template["triplets"])
-    assert ordered["triplets"]["max_per_query"] == {"nfcorpus": 4}
-    assert list(ordered) == ["datasets", "triplets", "extra"] and list(ordered["extra"]) == ["b", "a"]
-    assert dcfg.canonical_order([1, 2], {"a": 1}) == [1, 2]

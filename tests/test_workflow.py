@@ -26,6 +26,7 @@ if not TINY.is_dir():
     pytest.skip(f"shared BEIR data not found at {TINY} (set BEIR_DATA_DIR)", allow_module_level=True)
 
 METHODS = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
+RUN = "results/scifact-tiny/minilm/{method}/k{k}/final/seed2027"
 STUDIES = ("main", "lr_audit", "tuned", "heads", "ablation", "dynamics", "secondary", "unsupervised",
            "doc_disjoint", "efficiency", "frontier")
 
@@ -181,7 +182,7 @@ def test_evaluation_agrees_with_beirs_evaluator(workdir):
     qrels = role_qrels(manifest, ["test"])
     for m in ("frozen", "truncate", "pca", "mrl", "smec", "dive"):
         r = json.loads((workdir / f"results/scifact-tiny/{m}/seed2027.json").read_text())
-        method = Method.load(workdir / r["artifacts"]["checkpoint"])
+        method = Method.load(workdir / RUN.format(method=m, k=r["k"]) / "model.pt")
         run = search(method.compress(emb.docs), emb.doc_ids, method.compress(emb.query_rows(qids)), qids, top_k=100)
         ours = mean_metrics(evaluate(qrels, run), qids)
         ndcg, _, recall, _ = EvaluateRetrieval.evaluate(qrels, {q: dict(h) for q, h in run.items()}, [10, 100])
@@ -198,19 +199,19 @@ def test_the_lr_audit_reads_validation_results_only(workdir):
     inputs = block.split("input:")[1].strip().split(", ")
     assert len(inputs) == 10 and all("/select/seed2027/eval.json" in p for p in inputs), inputs
     assert "/final/" not in block
-    from dive_core import studies
+    from dive_core.selection import select
 
     audit = json.loads((workdir / "results/selection/lr_audit.json").read_text())
     results = [json.loads((workdir / p).read_text()) for p in inputs]
     cands = {b: [(c["method"], c["overrides"]) for c in e["candidates"]] for b, e in audit["methods"].items()}
-    again = studies.select("lr_audit", cands, results, ["scifact-tiny"], 2027, reference="dive")
+    again = select("lr_audit", cands, results, ["scifact-tiny"], 2027, reference="dive")
     assert {b: e["pick"] for b, e in again["methods"].items()} == {b: e["pick"] for b, e in audit["methods"].items()}
     loser = next(c["method"] for c in audit["methods"]["smec"]["candidates"]
                  if c["method"] != audit["methods"]["smec"]["pick"]["method"])
     for r in results:
         if r["method"] == loser:
             r["metrics"]["ndcg@10"] = 1.0
-    changed = studies.select("lr_audit", cands, results, ["scifact-tiny"], 2027)
+    changed = select("lr_audit", cands, results, ["scifact-tiny"], 2027)
     assert changed["methods"]["smec"]["pick"]["method"] == loser
 
 
@@ -238,11 +239,11 @@ def test_result_json_is_sane(workdir):
         for rt in (r["runtime"], r["training"]["runtime"]):  # where the numbers were computed
             assert rt["cpu"] and rt["cpu_count"] >= 1 and "cuda" in rt
             assert isinstance(rt["cpu_flags"], list) and set(rt["cpu_flags"]) <= set(SIMD_FLAGS)
-        per_query = (workdir / r["artifacts"]["per_query"]).read_text().splitlines()
+        per_query = (workdir / RUN.format(method=m, k=r["k"]) / "per_query.tsv").read_text().splitlines()
         assert len(per_query) == 11 and per_query[0].startswith("query_id\tndcg@10")
     dive = json.loads((workdir / "results/scifact-tiny/dive/seed2027.json").read_text())
     assert dive["fingerprints"]["triplets_sha256"] and dive["config"]["hparams"]["epochs"] == 3
-    log = (workdir / dive["artifacts"]["train_log"]).read_text().splitlines()
+    log = (workdir / RUN.format(method="dive", k=64) / "train_log.tsv").read_text().splitlines()
     assert log[0].split("\t") == ["epoch", "phase", "triplet", "view", "geo", "rho", "total", "seconds"]
     assert len(log) == 1 + 3
 
@@ -357,9 +358,9 @@ def test_a_failed_job_shows_its_real_error_on_the_console(tmp_path):
 
 
 def test_jobs_declare_memory_and_runtime_from_what_they_read(workdir):
-    """A job's mem_mb and runtime follow dive_core.config.job_resources of its input sizes (what
+    """A job's mem_mb and runtime follow dive_core.resources.job_resources of its input sizes (what
     `--resources mem_mb=N` and the SLURM executor schedule by)."""
-    from dive_core import config as dcfg
+    from dive_core import resources
 
     run = "results/scifact-tiny/minilm/dive/k64/final/seed2027"
     proc = snakemake(workdir, "-n", "--forcerun", "evaluate", f"{run}/eval.json")
@@ -367,7 +368,7 @@ def test_jobs_declare_memory_and_runtime_from_what_they_read(workdir):
     block = out[out.index("rule evaluate:"):]
     inputs = [workdir / f for f in (f"{run}/model.pt", f"{run}/train_log.tsv",
                                     "results/scifact-tiny/minilm/embeddings.h5", "results/scifact-tiny/splits.json")]
-    want = dcfg.job_resources("evaluate", *dcfg.data_mb(inputs))
+    want = resources.job_resources("evaluate", *resources.data_mb(inputs))
     assert f"mem_mb={want['mem_mb']}," in block and f"runtime={want['runtime']}" in block, block[:1500]
 
 

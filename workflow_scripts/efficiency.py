@@ -1,8 +1,7 @@
 """Rule efficiency: FAISS flat-index memory, latency and throughput at full, secondary and
 primary dimension, against the memory-bandwidth bound measured in the same job."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
-from dive_core import efficiency, provenance, runlog
-from dive_core.atomic import write_json
+from dive_core import efficiency, provenance, records, runlog
 
 log = runlog.setup(snakemake.log[0], snakemake.threads)
 w, inp, p = snakemake.wildcards, snakemake.input, snakemake.params
@@ -16,7 +15,7 @@ rows = efficiency.measure(entries, bw["bandwidth_gb_s"], n_single=int(s["n_singl
 for r in rows:
     log.info("%s %dd: %.3f ms median, %.3f ms p99, %.0f q/s, bound %.3f ms", r["method"], r["dim"],
              r["latency_ms_median"], r["latency_ms_p99"], r["throughput_qps"], r["lower_bound_ms"])
-write_json(snakemake.output[0], {
+records.write("efficiency", snakemake.output[0], {
     "dataset": w.dataset, "backbone": w.backbone, "stage": "final", "role": "test",
     "n_queries": len(entries[0][3]), "seed": int(s["seed"]), **info, **bw, "indexes": rows,
     "checkpoints": list(inp.checkpoints), "versions": provenance.versions(),

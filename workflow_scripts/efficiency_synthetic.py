@@ -1,8 +1,7 @@
 """Rule efficiency_synthetic: how flat-index cost grows with corpus size and dimension, on random
 unit vectors (no backbone involved)."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
-from dive_core import efficiency, provenance, runlog
-from dive_core.atomic import write_json
+from dive_core import efficiency, provenance, records, runlog
 
 log = runlog.setup(snakemake.log[0], snakemake.threads)
 s = snakemake.params.settings
@@ -23,5 +22,5 @@ for n, d in grid:
     log.info("n=%d d=%d: %.3f ms median (bound %.3f ms), %.0f q/s", n, d, row["latency_ms_median"],
              row["lower_bound_ms"], row["throughput_qps"])
     del docs
-write_json(snakemake.output[0], {"dataset": "synthetic", **info, **bw, "indexes": rows,
+records.write("efficiency", snakemake.output[0], {"dataset": "synthetic", **info, **bw, "indexes": rows,
                                  "versions": provenance.versions(), "runtime": provenance.runtime(snakemake.threads)})

@@ -1,8 +1,7 @@
 """Rule frontier: held-out quality against bytes per vector, for every method and dimension under
 float32 / float16 / SQ8 / binary (with and without float32 rescoring) corpus codes."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
-from dive_core import efficiency, provenance, runlog
-from dive_core.atomic import write_json
+from dive_core import efficiency, provenance, records, runlog
 from dive_core.data import sha256_file
 
 log = runlog.setup(snakemake.log[0], snakemake.threads)
@@ -16,6 +15,6 @@ for (method, k, m, docs, queries), path in zip(runs, inp.checkpoints):
                  r["bytes_per_vector"], r["ndcg@10"], r["recall@10"])
 for row, front in zip(rows, efficiency.pareto_front(rows)):
     row["pareto"] = front
-write_json(snakemake.output[0], {"dataset": w.dataset, "backbone": w.backbone, "stage": "final", "role": "test",
+records.write("frontier", snakemake.output[0], {"dataset": w.dataset, "backbone": w.backbone, "stage": "final", "role": "test",
                                  "n_queries": rows[0]["n_queries"] if rows else 0, "rows": rows,
                                  "versions": provenance.versions(), "runtime": provenance.runtime(snakemake.threads)})

@@ -1,19 +1,29 @@
-"""Rule table: a study's result JSONs -> table (Markdown, TSV), per-run TSV and one figure."""
+"""Rule table: a study's declared inputs -> table (Markdown, TSV), per-run TSV and one figure."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
-from dive_core import report, runlog, studies
+from dive_core import plan, records, report, runlog
+from dive_core.atomic import atomic_open
+from dive_core.data import sha256_file
+from dive_core.studies import STUDIES, StudyContext
 
 log = runlog.setup(snakemake.log[0])
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
-results = [report.read_json(path) for path in inp.results]
-ctx = studies.StudyContext(name=snakemake.wildcards.experiment, title=p.title, methods=list(p.methods),
-                           datasets=list(p.datasets), backbones=list(p.backbones), groups=dict(p.groups),
-                           note=p.note, highlight=p.highlight,
-                           selection=report.read_json(inp.selection[0]) if inp.selection else None)
-study = studies.STUDIES[p.study](results, ctx)
-# one row per run: the runs' result JSONs, or the rows of a study over its own JSONs (efficiency, frontier)
-report.write_tsv(out.runs, report.collect(results) if all("metrics" in r for r in results) else study.rows)
+kind = p.study if p.study in plan.OWN_JSON_STUDIES else "result"  # efficiency, frontier: their own records
+results = [records.read(kind, path) for path in inp.results]
+per_query, train_logs = {}, {}
+if kind == "result":  # each run's per-query and train-log file, declared in the same order as its record
+    for r, path, pq, tl in zip(results, inp.results, inp.per_query, inp.train_logs):
+        if sha256_file(pq) != r["fingerprints"]["per_query_sha256"]:
+            raise records.RecordError(f"{pq}: not the per-query file that {path} was evaluated into; "
+                                      f"rerun `snakemake --forcerun evaluate {path}`")
+        per_query[records.run_key(r)], train_logs[records.run_key(r)] = pq, tl
+ctx = StudyContext(name=snakemake.wildcards.experiment, title=p.title, methods=list(p.methods),
+                   datasets=list(p.datasets), backbones=list(p.backbones), groups=dict(p.groups), note=p.note,
+                   highlight=p.highlight, per_query=per_query, train_logs=train_logs,
+                   selection=records.read("selection", inp.selection) if "selection" in inp.keys() else None)
+study = STUDIES[p.study](results, ctx)
+report.write_tsv(out.runs, report.collect(results) if kind == "result" else study.rows)  # one row per run
 report.write_tsv(out.tsv, study.rows)
-with report.atomic_open(out.md, "w", encoding="utf-8") as fh:
+with atomic_open(out.md, "w", encoding="utf-8") as fh:
     fh.write(study.markdown)
 study.figure(out.png)
-log.info("%s (%s) over %d runs written to %s", snakemake.wildcards.experiment, p.study, len(results), out.md)
+log.info("%s (%s) over %d records written to %s", snakemake.wildcards.experiment, p.study, len(results), out.md)

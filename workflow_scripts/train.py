@@ -2,27 +2,24 @@
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 import time
 
-from dive_core import config as dcfg
-from dive_core import provenance, runlog, splits
-from dive_core.atomic import read_json
+from dive_core import provenance, records, runlog, splits
 from dive_core.backbones import pick_device
 from dive_core.data import sha256_file
 from dive_core.embeddings import read_embeddings
-from dive_core.methods import new_method, resolve_hparams
+from dive_core.methods import new_method
+from dive_core.selection import apply_selection
 from dive_core.training import TrainLog, fit_data, write_log_tsv
 
 log = runlog.setup(snakemake.log[0], snakemake.threads)
 w, p, inp = snakemake.wildcards, snakemake.params, snakemake.input
 hp = p.hparams
-if hp.get("__unresolved__"):
-    hp = resolve_hparams(w.method, hp["entry"], hp["training"])
 selected = None
 if "selection" in inp.keys():  # hyperparameters picked on validation queries (rule select)
-    hp, over = dcfg.apply_selection(hp, read_json(inp.selection), p.selected)
+    hp, over = apply_selection(hp, records.read("selection", inp.selection), p.selected)
     selected = {"from": p.selected, "overrides": over, "selection_sha256": sha256_file(inp.selection)}
     log.info("hyperparameters from %s: %s", inp.selection, over)
 device = pick_device(p.device)
-manifest = read_json(inp.splits)
+manifest = records.read("splits", inp.splits)
 emb = read_embeddings(inp.embeddings, expected_source=manifest["source_fingerprint"], against=inp.splits)
 train_qids = splits.train_queries(manifest, w.stage)
 data = fit_data(emb, train_qids, inp.get("triplets"), device)
@@ -32,22 +29,19 @@ train_log = TrainLog(on_epoch=lambda r: log.info("epoch %s", {k: (round(v, 5) if
 t0 = time.perf_counter()
 method.fit(data, train_log)
 train_seconds = time.perf_counter() - t0
-meta = {
-    "dataset": w.dataset, "backbone": w.backbone, "method": w.method, "method_type": p.type,
-    "stage": w.stage, "k": int(w.k), "seed": int(w.seed), "device": device,
-    "negatives": p.negatives if "triplets" in inp.keys() else None,
-    "n_triplets": data.n_triplets, "n_train_queries": len(train_qids), "selected": selected,
-    "train_seconds": train_seconds,
-    "final_epoch": train_log.rows[-1] if train_log.rows else None,
-    "fingerprints": {
+meta = records.checkpoint_meta(
+    dataset=w.dataset, backbone=w.backbone, method=w.method, method_type=p.type, stage=w.stage, k=int(w.k),
+    seed=int(w.seed), device=device, negatives=p.negatives if "triplets" in inp.keys() else None,
+    n_triplets=data.n_triplets, n_train_queries=len(train_qids), selected=selected, train_seconds=train_seconds,
+    final_epoch=train_log.rows[-1] if train_log.rows else None,
+    fingerprints={
         "source": manifest["source_fingerprint"],
         "splits_sha256": sha256_file(inp.splits),
-        "embeddings_content_sha256": emb.attrs.get("content_sha256"),
+        "embeddings_content_sha256": emb.attrs["content_sha256"],
         "triplets_sha256": sha256_file(inp.triplets) if "triplets" in inp.keys() else None,
     },
-    "versions": provenance.versions(),
-    "runtime": provenance.runtime(snakemake.threads),
-}
+    versions=provenance.versions(), runtime=provenance.runtime(snakemake.threads),
+)
 method.save(snakemake.output.checkpoint, meta)
 write_log_tsv(snakemake.output.log, train_log)
 log.info("trained %s (%s) k=%s seed=%s stage=%s in %.1fs", w.method, p.type, w.k, w.seed, w.stage, train_seconds)

@@ -19,18 +19,14 @@ Logged per epoch: ``reconstruction`` (= the total).
 from torch import nn
 
 from ..losses import ReconstructionMSELoss
-from ._hp_checks import check_shared
 from .base import TorchMethod, register
 
 
 @register
 class Autoencoder(TorchMethod):
     type = "autoencoder"
-    supervised = False
-    hyperparameters = ("lr", "epochs", "batch_size", "hidden", "weight_decay")
 
     def build(self) -> None:
-        check_shared(self.type, self.hp)
         d, k, r = self.d, self.k, int(self.hp["hidden"])
         self.net = nn.ModuleDict({
             "encoder": nn.Sequential(nn.Linear(d, r), nn.ReLU(), nn.Linear(r, k)),

@@ -6,8 +6,10 @@ the class only lists their names) and the optimisation seed; it can ``fit`` on a
 :class:`~dive_core.training.FitData`, ``compress`` any (n, d) matrix of normalised frozen
 embeddings to L2-normalised (n, k) vectors, and be saved to / loaded from a checkpoint.
 
-Adding a method = one new module in ``dive_core/methods/`` that defines a registered subclass
-(modules are discovered automatically) + one entry under ``methods:`` in the config.
+Adding a method = its :class:`~dive_core.methods.specs.MethodSpec` (whether it is supervised, its
+hyperparameter names and value checks, known without torch), one new module in
+``dive_core/methods/`` that defines a registered subclass (modules are discovered automatically),
+and one entry under ``methods:`` in the config.
 """
 
 from __future__ import annotations
@@ -21,20 +23,24 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .. import records
 from ..atomic import atomic_path
+from .specs import SPECS
 from ..training import FitData, TrainLog, run_epochs, set_seed
 
-CHECKPOINT_FORMAT = "dive-pipeline-checkpoint/1"
 METHODS: dict[str, type["Method"]] = {}
-# Keys a method entry in the config may carry besides its hyperparameters.
-ENTRY_KEYS = {"type", "negatives", "description", "selected", "doc_disjoint"}
 
 
 def register(cls: type["Method"]) -> type["Method"]:
+    """Register an implementation; it takes ``supervised`` and ``hyperparameters`` from its spec."""
     if not cls.type:
         raise TypeError(f"{cls.__name__} has no type name")
+    if cls.type not in SPECS:
+        raise TypeError(f"method type {cls.type!r} has no MethodSpec (dive_core.methods.specs.SPECS / add_spec)")
     if cls.type in METHODS and METHODS[cls.type] is not cls:
         raise TypeError(f"method type {cls.type!r} registered twice")
+    cls.supervised = SPECS[cls.type].supervised
+    cls.hyperparameters = SPECS[cls.type].hyperparameters
     METHODS[cls.type] = cls
     return cls
 
@@ -43,7 +49,7 @@ def discover() -> dict[str, type["Method"]]:
     """Import every module of this package so that each registers its method."""
     pkg = Path(__file__).parent
     for mod in pkgutil.iter_modules([str(pkg)]):
-        if not mod.name.startswith("_") and mod.name != "base":
+        if not mod.name.startswith("_") and mod.name not in ("base", "specs"):
             importlib.import_module(f"{__package__}.{mod.name}")
     return METHODS
 
@@ -53,28 +59,6 @@ def method_class(type_name: str) -> type["Method"]:
     if type_name not in METHODS:
         raise KeyError(f"unknown method type {type_name!r}; known: {sorted(METHODS)}")
     return METHODS[type_name]
-
-
-def resolve_hparams(name: str, entry: Mapping[str, Any], training: Mapping[str, Any]) -> dict[str, Any]:
-    """The hyperparameters of config entry ``methods.<name>``: its own values, falling back to
-    the shared ``training`` section for names the method declares; missing or unknown keys are
-    errors that name the key."""
-    cls = method_class(entry.get("type", name))
-    unknown = set(entry) - set(cls.hyperparameters) - ENTRY_KEYS
-    if unknown:
-        raise ValueError(
-            f"config methods.{name}: unknown key(s) {sorted(unknown)} for method type "
-            f"{cls.type!r}; it accepts {sorted(cls.hyperparameters)}"
-        )
-    out = {}
-    for key in cls.hyperparameters:
-        if key in entry:
-            out[key] = entry[key]
-        elif key in training:
-            out[key] = training[key]
-        else:
-            raise ValueError(f"config methods.{name}: missing hyperparameter {key!r} (type {cls.type!r})")
-    return out
 
 
 NORMALIZE_EPS = 1e-12  # F.normalize's default
@@ -89,16 +73,9 @@ COMPRESS_BATCH_BYTES = 256 << 20  # float32 intermediates of one compress batch 
 
 class Method:
     type: ClassVar[str] = ""
+    # from the type's MethodSpec (set by register)
     hyperparameters: ClassVar[tuple[str, ...]] = ()
-    #: True if ``fit`` uses relevance labels (triplets); False for label-free methods.
     supervised: ClassVar[bool] = False
-
-    @classmethod
-    def legacy_hparams(cls, hp: Mapping[str, Any]) -> dict[str, Any]:
-        """Values of hyperparameters added after checkpoints of this method were first written,
-        chosen to reproduce how those checkpoints were trained; used only by :meth:`load` for
-        keys a checkpoint lacks."""
-        return {}
 
     def __init__(self, d: int, k: int, hparams: Mapping[str, Any] | None = None, seed: int = 0,
                  device: str = "cpu"):
@@ -109,6 +86,7 @@ class Method:
             raise ValueError(f"method {self.type!r}: missing hyperparameters {missing}, unknown {unknown}")
         if not 1 <= k <= d:
             raise ValueError(f"method {self.type!r}: output dimension k={k} must be in [1, d={d}]")
+        SPECS[self.type].check(d, k, hparams)
         self.d, self.k, self.hp, self.seed, self.device = d, k, hparams, seed, device
         self.meta: dict[str, Any] = {}  # provenance stored with / read from a checkpoint
         self.build()
@@ -175,8 +153,9 @@ class Method:
         return h.hexdigest()
 
     def save(self, path: str | Path, meta: Mapping[str, Any] | None = None) -> None:
-        obj = {
-            "format": CHECKPOINT_FORMAT,
+        """Write the checkpoint record (:mod:`dive_core.records`, kind ``checkpoint``); ``meta``: the
+        training job's provenance (:func:`dive_core.records.checkpoint_meta`)."""
+        obj = records.stamp("checkpoint", {
             "type": self.type,
             "d": self.d,
             "k": self.k,
@@ -185,7 +164,7 @@ class Method:
             "state": {n: t.detach().cpu().contiguous() for n, t in self.state_dict().items()},
             "state_sha256": self.state_sha256(),
             "meta": {**self.meta, **dict(meta or {})},  # what the method recorded + the caller's
-        }
+        })
         with atomic_path(path, suffix=".pt.tmp") as tmp:
             torch.save(obj, tmp)
 
@@ -194,14 +173,11 @@ class Method:
         try:
             obj = torch.load(path, map_location=device, weights_only=True)
         except Exception as exc:  # noqa: BLE001 - re-raised with the file name
-            raise ValueError(f"{path}: cannot read checkpoint: {exc}") from exc
-        if not isinstance(obj, dict) or obj.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
-        cls = method_class(obj["type"])
-        filled = {key: v for key, v in cls.legacy_hparams(obj["hparams"]).items() if key not in obj["hparams"]}
-        m = cls(obj["d"], obj["k"], {**obj["hparams"], **filled}, obj["seed"], device)
+            raise records.RecordError(f"{path}: cannot read checkpoint: {exc}") from exc
+        obj = records.check("checkpoint", obj, path)
+        m = method_class(obj["type"])(obj["d"], obj["k"], obj["hparams"], obj["seed"], device)
         m.load_state_dict(obj["state"])
-        m.meta = dict(obj["meta"], **({"legacy_hparams_filled": filled} if filled else {}))
+        m.meta = dict(obj["meta"])
         return m
 
 

@@ -17,25 +17,15 @@ pass that trains on them).
 import torch
 from torch import nn
 
-from ..adapters import ResidualMLP, check_heads, split_heads
+from ..adapters import ResidualMLP, split_heads
 from ..losses import GeometryDistillationLoss, HingeTripletLoss, MultiPositiveNTXent, SoftplusTripletLoss
-from . import _hp_checks as hpc
 from .base import TorchMethod, register
 
 
 @register
 class DIVE(TorchMethod):
     type = "dive"
-    hyperparameters = ("margin", "lambda_view", "gamma_geo", "tau", "heads", "triplet_loss",
-                       "lr", "epochs", "batch_size", "hidden", "weight_decay")
-
     def build(self) -> None:
-        hpc.check_shared(self.type, self.hp)
-        for key in ("margin", "lambda_view", "gamma_geo"):
-            hpc.as_float(self.type, self.hp, key)
-        hpc.as_float(self.type, self.hp, "tau", positive=True)
-        hpc.as_choice(self.type, self.hp, "triplet_loss", ("hinge", "softplus"))
-        check_heads(self.d, self.k, hpc.as_int(self.type, self.hp, "heads"))
         self.net = nn.ModuleDict({"adapter": ResidualMLP(self.d, int(self.hp["hidden"]))}).to(self.device)
         loss_cls = HingeTripletLoss if self.hp["triplet_loss"] == "hinge" else SoftplusTripletLoss
         self.triplet_loss = loss_cls(float(self.hp["margin"]))

@@ -58,7 +58,6 @@ from torch import nn
 from ..adapters import ResidualMLP
 from ..losses import (L1ReconstructionLoss, MatryoshkaPairSimilarityLoss, MatryoshkaRankLoss,
                       MatryoshkaTopKSimilarityLoss, prefix_similarity_deviation)
-from ._hp_checks import as_choice, as_float, as_int, check_shared
 from .base import TorchMethod, register
 
 
@@ -90,29 +89,16 @@ def distinct_items(data, idx: torch.Tensor):
 @register
 class MatryoshkaAdaptor(TorchMethod):
     type = "mrl"
-    hyperparameters = ("alpha", "beta", "gamma_rank", "min_prefix", "topk_neighbors", "l1_reduction",
-                       "schedule", "lr", "epochs", "batch_size", "hidden", "weight_decay")
-
-    @classmethod
-    def legacy_hparams(cls, hp):
-        return {"schedule": "joint"}  # checkpoints before the audit trained jointly
 
     def build(self) -> None:
-        check_shared(self.type, self.hp)
-        for key in ("alpha", "beta", "gamma_rank"):
-            as_float(self.type, self.hp, key)
-        min_prefix = as_int(self.type, self.hp, "min_prefix")
-        topk = as_int(self.type, self.hp, "topk_neighbors")
+        min_prefix, topk = int(self.hp["min_prefix"]), int(self.hp["topk_neighbors"])
         self.prefixes = matryoshka_prefixes(self.d, self.k, min_prefix)
         self.net = nn.ModuleDict({"adapter": ResidualMLP(self.d, int(self.hp["hidden"]))}).to(self.device)
         self.topk_loss = MatryoshkaTopKSimilarityLoss(self.prefixes, topk)
         self.pair_loss = MatryoshkaPairSimilarityLoss(self.prefixes)
-        as_choice(self.type, self.hp, "l1_reduction", ("sum", "mean"))
         self.rec_loss = L1ReconstructionLoss(self.hp["l1_reduction"])
         self.rank_loss = MatryoshkaRankLoss(self.prefixes)
-        self.schedule = as_choice(self.type, self.hp, "schedule", ("joint", "two_stage"))
-        if self.schedule == "two_stage" and as_int(self.type, self.hp, "epochs") < 2:
-            raise ValueError("method 'mrl': schedule 'two_stage' needs epochs >= 2")
+        self.schedule = self.hp["schedule"]
 
     def fit(self, data, log, progress: bool = True) -> None:
         epochs = int(self.hp["epochs"])

@@ -65,33 +65,22 @@ from torch import nn
 
 from ..adapters import ResidualMLP
 from ..losses import L1ReconstructionLoss, PairwiseSoftplusRankLoss, QueryPredictionLoss
-from ._hp_checks import as_bool, as_choice, as_float, as_int, check_shared
 from .base import TorchMethod, register
 
 
 @register
 class SearchAdaptor(TorchMethod):
     type = "search_adaptor"
-    hyperparameters = ("alpha", "beta", "predictor_hidden", "l1_reduction", "prediction_stop_gradient",
-                       "lr", "epochs", "batch_size", "hidden", "weight_decay")
-
-    @classmethod
-    def legacy_hparams(cls, hp):
-        return {"prediction_stop_gradient": False}
 
     def build(self) -> None:
-        check_shared(self.type, self.hp)
-        for key in ("alpha", "beta"):
-            as_float(self.type, self.hp, key)
-        ph = as_int(self.type, self.hp, "predictor_hidden")
+        ph = int(self.hp["predictor_hidden"])
         self.net = nn.ModuleDict({"adapter": ResidualMLP(self.d, int(self.hp["hidden"]))}).to(self.device)
         # Training-only; deliberately outside self.net so checkpoints hold only the adapter.
         self.predictor = ResidualMLP(self.d, ph).to(self.device)
         self.rank_loss = PairwiseSoftplusRankLoss()
-        as_choice(self.type, self.hp, "l1_reduction", ("sum", "mean"))
         self.rec_loss = L1ReconstructionLoss(self.hp["l1_reduction"])
         self.pred_loss = QueryPredictionLoss(self.hp["l1_reduction"])
-        self.stop_gradient = as_bool(self.type, self.hp, "prediction_stop_gradient")
+        self.stop_gradient = bool(self.hp["prediction_stop_gradient"])
 
     def fit(self, data, log, progress: bool = True) -> None:
         self.predictor.to(data.device).train()

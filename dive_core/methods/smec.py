@@ -117,7 +117,6 @@ from torch import nn
 
 from ..adapters import ResidualMLP
 from ..losses import PairwiseSoftplusRankLoss, SMECCrossBatchLoss
-from . import _hp_checks as hpc
 from .base import TorchMethod, register
 
 
@@ -295,23 +294,16 @@ class SMECStage(nn.Module):
 @register
 class SMEC(TorchMethod):
     type = "smec"
-    hyperparameters = ("queue_size", "queue_neighbors", "gumbel_tau", "xbm_weight", "ads_lr",
-                       "lr", "epochs", "batch_size", "hidden", "weight_decay")
-
-    @classmethod
-    def legacy_hparams(cls, hp):
-        return {"ads_lr": hp.get("lr")}  # before the audit the scores trained at the shared lr
 
     def build(self) -> None:
-        hpc.check_shared(self.type, self.hp)
-        self.queue_size = hpc.as_int(self.type, self.hp, "queue_size")
-        self.queue_neighbors = hpc.as_int(self.type, self.hp, "queue_neighbors")
-        self.gumbel_tau = hpc.as_float(self.type, self.hp, "gumbel_tau", positive=True)
-        self.xbm_weight = hpc.as_float(self.type, self.hp, "xbm_weight")
-        self.ads_lr = hpc.as_float(self.type, self.hp, "ads_lr", positive=True)
+        self.queue_size = int(self.hp["queue_size"])
+        self.queue_neighbors = int(self.hp["queue_neighbors"])
+        self.gumbel_tau = float(self.hp["gumbel_tau"])
+        self.xbm_weight = float(self.hp["xbm_weight"])
+        self.ads_lr = float(self.hp["ads_lr"])
         self.widths = stage_widths(self.d, self.k)
-        self.stage_epochs = split_epochs(hpc.as_int(self.type, self.hp, "epochs"), len(self.widths) - 1)
-        hidden = hpc.as_int(self.type, self.hp, "hidden")
+        self.stage_epochs = split_epochs(int(self.hp["epochs"]), len(self.widths) - 1)
+        hidden = int(self.hp["hidden"])
         stages = [SMECStage(a, b, hidden) for a, b in zip(self.widths[:-1], self.widths[1:])]
         self.net = nn.ModuleDict({"stages": nn.ModuleList(stages)}).to(self.device)
         self.rank_loss = PairwiseSoftplusRankLoss()
@@ -342,8 +334,8 @@ class SMEC(TorchMethod):
         self._tn = torch.searchsorted(doc_rows, data.t_n)
         self._yp, self._yn = data.y_p, data.y_n
         n_items = self._z.shape[0]
-        steps = -(-data.n_triplets // hpc.as_int(self.type, self.hp, "batch_size")) * sum(self.stage_epochs)
-        anchors = 3 * hpc.as_int(self.type, self.hp, "batch_size")
+        steps = -(-data.n_triplets // int(self.hp["batch_size"])) * sum(self.stage_epochs)
+        anchors = 3 * int(self.hp["batch_size"])
         self._nbrs = None
         if FrozenNeighbours.worthwhile(n_items, self.queue_neighbors, self.queue_size, steps, anchors):
             self._nbrs = FrozenNeighbours(F.normalize(self._z, dim=-1), self.queue_neighbors, self.queue_size)

@@ -1,0 +1,208 @@
+"""What the workflow knows of each method type without importing torch: whether it trains on
+relevance labels (and so on the shared triplets), the names of its hyperparameters, how a config
+entry resolves into them, and the checks of their values.
+
+The run plan (which jobs exist, their inputs, their parameters) is built from this module alone,
+so it is the same in any environment that drives Snakemake, with or without torch. The
+implementations in this package (one module per type, registered with
+:func:`dive_core.methods.base.register`) take ``supervised`` and ``hyperparameters`` from here, and
+``Method.__init__`` runs :meth:`MethodSpec.check` before building anything.
+
+Adding a method = a :class:`MethodSpec` in :data:`SPECS` (or :func:`add_spec`), a registered class
+in a new module of this package, and an entry under ``methods:`` in the config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+# Shared training keys (the config's ``training:`` section is their fallback).
+SHARED = ("lr", "epochs", "batch_size", "hidden", "weight_decay")
+# Keys a method entry in the config may carry besides its hyperparameters.
+ENTRY_KEYS = {"type", "negatives", "description", "selected", "doc_disjoint"}
+UNCOMPRESSED_TYPES = {"frozen"}  # always at the backbone's full dimension
+
+
+# --------------------------------------------------------------------------- value checks
+def _fail(method: str, key: str, value: Any, want: str) -> ValueError:
+    return ValueError(f"method {method!r}: hyperparameter {key!r} must be {want}, got {value!r}")
+
+
+def as_int(method: str, hp: Mapping[str, Any], key: str, minimum: int = 1) -> int:
+    """An integer >= ``minimum`` (integral floats such as 2048.0 are accepted; bools are not)."""
+    v = hp[key]
+    if isinstance(v, str):  # e.g. from snakemake --config, which passes nested values as text
+        raise _fail(method, key, v, f"an integer >= {minimum} (a string was given: --config passes nested values "
+                                    "as text; set it in a --configfile)")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer():
+        raise _fail(method, key, v, f"an integer >= {minimum}")
+    if int(v) < minimum:
+        raise _fail(method, key, v, f"an integer >= {minimum}")
+    return int(v)
+
+
+def as_float(method: str, hp: Mapping[str, Any], key: str, positive: bool = False) -> float:
+    """A finite real number, >= 0 (or > 0 with ``positive``). Numeric strings such as '1e-3'
+    (which YAML 1.1 reads as a string) are accepted, as ``float()`` does."""
+    v = hp[key]
+    want = "a finite number " + ("> 0" if positive else ">= 0")
+    if isinstance(v, bool):
+        raise _fail(method, key, v, want)
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise _fail(method, key, v, want) from None
+    if not math.isfinite(x) or x < 0 or (positive and x == 0):
+        raise _fail(method, key, v, want)
+    return x
+
+
+def as_choice(method: str, hp: Mapping[str, Any], key: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices``."""
+    v = hp[key]
+    if v not in choices:
+        raise _fail(method, key, v, f"one of {list(choices)}")
+    return v
+
+
+def as_bool(method: str, hp: Mapping[str, Any], key: str) -> bool:
+    """A YAML boolean (true / false), not a string or a number."""
+    v = hp[key]
+    if not isinstance(v, bool):
+        raise _fail(method, key, v, "true or false")
+    return v
+
+
+def check_shared(method: str, hp: Mapping[str, Any]) -> None:
+    """The shared training keys: lr > 0, weight_decay >= 0, epochs/batch_size/hidden >= 1."""
+    as_float(method, hp, "lr", positive=True)
+    as_float(method, hp, "weight_decay")
+    for key in ("epochs", "batch_size", "hidden"):
+        as_int(method, hp, key)
+
+
+def check_heads(dim: int, k: int, heads: int) -> None:
+    """DIVE needs ``k * H <= d`` coordinates; anything else is a configuration error."""
+    if k < 1 or heads < 1:
+        raise ValueError(f"k and H must be positive (k={k}, H={heads})")
+    if k * heads > dim:
+        raise ValueError(
+            f"invalid DIVE configuration: k*H = {k}*{heads} = {k * heads} exceeds the embedding "
+            f"dimension d = {dim}; lower the output dimension k or the number of heads H"
+        )
+
+
+def _no_checks(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    """Nothing to check beyond 1 <= k <= d."""
+
+
+def _frozen(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    if k != d:
+        raise ValueError(f"frozen is uncompressed: its dimension must be d={d}, not {k}")
+
+
+def _autoencoder(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    check_shared("autoencoder", hp)
+
+
+def _dive(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    check_shared("dive", hp)
+    for key in ("margin", "lambda_view", "gamma_geo"):
+        as_float("dive", hp, key)
+    as_float("dive", hp, "tau", positive=True)
+    as_choice("dive", hp, "triplet_loss", ("hinge", "softplus"))
+    check_heads(d, k, as_int("dive", hp, "heads"))
+
+
+def _mrl(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    check_shared("mrl", hp)
+    for key in ("alpha", "beta", "gamma_rank"):
+        as_float("mrl", hp, key)
+    as_int("mrl", hp, "min_prefix")
+    as_int("mrl", hp, "topk_neighbors")
+    as_choice("mrl", hp, "l1_reduction", ("sum", "mean"))
+    if as_choice("mrl", hp, "schedule", ("joint", "two_stage")) == "two_stage" and as_int("mrl", hp, "epochs") < 2:
+        raise ValueError("method 'mrl': schedule 'two_stage' needs epochs >= 2")
+
+
+def _search_adaptor(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    check_shared("search_adaptor", hp)
+    for key in ("alpha", "beta"):
+        as_float("search_adaptor", hp, key)
+    as_int("search_adaptor", hp, "predictor_hidden")
+    as_choice("search_adaptor", hp, "l1_reduction", ("sum", "mean"))
+    as_bool("search_adaptor", hp, "prediction_stop_gradient")
+
+
+def _smec(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    check_shared("smec", hp)
+    as_int("smec", hp, "queue_size")
+    as_int("smec", hp, "queue_neighbors")
+    as_float("smec", hp, "gumbel_tau", positive=True)
+    as_float("smec", hp, "xbm_weight")
+    as_float("smec", hp, "ads_lr", positive=True)
+
+
+# --------------------------------------------------------------------------- the specs
+@dataclass(frozen=True)
+class MethodSpec:
+    type: str
+    #: True if fitting uses relevance labels (the shared triplets); False for label-free methods.
+    supervised: bool
+    hyperparameters: tuple[str, ...]
+    #: ``check(d, k, hp)`` raises ValueError naming the key for a wrong value (hp: every name given).
+    check: Callable[[int, int, Mapping[str, Any]], None] = _no_checks
+
+
+SPECS: dict[str, MethodSpec] = {s.type: s for s in (
+    MethodSpec("frozen", False, (), _frozen),
+    MethodSpec("truncate", False, ()),
+    MethodSpec("pca", False, ()),
+    MethodSpec("autoencoder", False, SHARED, _autoencoder),
+    MethodSpec("mrl", True, ("alpha", "beta", "gamma_rank", "min_prefix", "topk_neighbors", "l1_reduction",
+                             "schedule", *SHARED), _mrl),
+    MethodSpec("search_adaptor", True, ("alpha", "beta", "predictor_hidden", "l1_reduction",
+                                        "prediction_stop_gradient", *SHARED), _search_adaptor),
+    MethodSpec("smec", True, ("queue_size", "queue_neighbors", "gumbel_tau", "xbm_weight", "ads_lr", *SHARED),
+               _smec),
+    MethodSpec("dive", True, ("margin", "lambda_view", "gamma_geo", "tau", "heads", "triplet_loss", *SHARED),
+               _dive),
+)}
+
+
+def add_spec(spec: MethodSpec) -> MethodSpec:
+    """Declare a method type outside this module (a plug-in, a test); the same spec twice is fine."""
+    if SPECS.get(spec.type, spec) != spec:
+        raise TypeError(f"method type {spec.type!r} is already declared differently")
+    SPECS[spec.type] = spec
+    return spec
+
+
+def spec(type_name: str) -> MethodSpec:
+    if type_name not in SPECS:
+        raise KeyError(f"unknown method type {type_name!r}; known: {sorted(SPECS)}")
+    return SPECS[type_name]
+
+
+def resolve_hparams(name: str, entry: Mapping[str, Any], training: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyperparameters of config entry ``methods.<name>``: its own values, falling back to
+    the shared ``training`` section for names the method declares; missing or unknown keys are
+    errors that name the key."""
+    s = spec(entry.get("type", name))
+    unknown = set(entry) - set(s.hyperparameters) - ENTRY_KEYS
+    if unknown:
+        raise ValueError(
+            f"config methods.{name}: unknown key(s) {sorted(unknown)} for method type "
+            f"{s.type!r}; it accepts {sorted(s.hyperparameters)}"
+        )
+    out = {}
+    for key in s.hyperparameters:
+        if key in entry:
+            out[key] = entry[key]
+        elif key in training:
+            out[key] = training[key]
+        else:
+            raise ValueError(f"config methods.{name}: missing hyperparameter {key!r} (type {s.type!r})")
+    return out

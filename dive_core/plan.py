@@ -1,0 +1,469 @@
+"""The run plan: what the configured studies need, decided once and tested without Snakemake.
+
+A *run* is one (dataset, backbone, method, k, stage, seed): a trained compressor and its
+evaluation. This module generates the method variants the studies add to the config (selection
+candidates, head counts, document-disjoint retrainings), lists the runs of every study, the
+selection study a job reads its picked hyperparameters from, the triplet set a method trains on
+(the ``negatives`` wildcard, encoded and decoded only here), the titles of the study tables, and
+checks the whole plan before any job starts. It imports no torch: the method metadata comes from
+:mod:`dive_core.methods.specs`, so the plan is the same in every environment that drives
+Snakemake. ``rules/common.smk`` turns runs into paths.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .config import ConfigError
+from .methods.specs import UNCOMPRESSED_TYPES, resolve_hparams, spec
+
+SELECTION_STUDIES = ("lr_audit", "dive_config")
+OWN_JSON_STUDIES = ("efficiency", "frontier")  # studies over their own measurement JSONs, not over runs
+
+
+# --------------------------------------------------------------------------- methods
+def method_type(config: Mapping, method: str) -> str:
+    entry = config["methods"].get(method)
+    if entry is None:
+        raise ConfigError(f"config: unknown method {method!r}; defined under methods: {sorted(config['methods'])}")
+    return entry.get("type", method)
+
+
+def method_k(config: Mapping, backbone: str, method: str, which: str = "primary") -> int:
+    """Output dimension of ``method`` at the ``which`` ("primary"/"secondary") dimension of
+    ``backbone``; uncompressed methods (frozen) always have the backbone's full dimension."""
+    bb = config["backbones"][backbone]
+    if method_type(config, method) in UNCOMPRESSED_TYPES:
+        return int(bb["dim"])
+    if which not in bb["dims"]:
+        raise ConfigError(f"config: backbones.{backbone}.dims has no {which!r} dimension")
+    return int(bb["dims"][which])
+
+
+def method_hparams(config: Mapping, method: str) -> dict:
+    """The resolved hyperparameters of ``methods.<method>`` (entry, then the ``training`` section)."""
+    return resolve_hparams(method, config["methods"][method], config.get("training", {}))
+
+
+def needs_triplets(config: Mapping, method: str) -> bool:
+    """Supervised methods train on the shared triplets; label-free ones read none."""
+    try:
+        return spec(method_type(config, method)).supervised
+    except KeyError as exc:
+        raise ConfigError(f"config: methods.{method}: {exc.args[0]}") from None
+
+
+# --------------------------------------------------------------------------- triplet sets
+NEGATIVES = ("random", "hard")
+DOC_DISJOINT = "docdisjoint"
+NEGATIVES_WILDCARD = rf"({'|'.join(NEGATIVES)})(-{DOC_DISJOINT})?"  # the {negatives} path wildcard
+
+
+def negatives_tag(mode: str, doc_disjoint: bool = False) -> str:
+    """The ``{negatives}`` wildcard of a triplet set: ``random`` / ``hard`` negatives, with
+    ``-docdisjoint`` when every document relevant to an evaluated query is excluded."""
+    if mode not in NEGATIVES:
+        raise ConfigError(f"config: negatives {mode!r}: expected one of {list(NEGATIVES)}")
+    return f"{mode}-{DOC_DISJOINT}" if doc_disjoint else mode
+
+
+def parse_negatives(tag: str) -> tuple[str, bool]:
+    """``(mode, doc_disjoint)`` of a ``{negatives}`` wildcard (the inverse of :func:`negatives_tag`)."""
+    if not re.fullmatch(NEGATIVES_WILDCARD, tag):
+        raise ValueError(f"negatives {tag!r}: expected {NEGATIVES_WILDCARD}")
+    mode, _, variant = tag.partition("-")
+    return mode, variant == DOC_DISJOINT
+
+
+def method_negatives(config: Mapping, method: str) -> str:
+    """The triplet set a method trains on (``negatives`` of its entry, else ``triplets.negatives``;
+    document-disjoint with ``doc_disjoint: true``)."""
+    entry = config["methods"][method]
+    return negatives_tag(entry.get("negatives", config["triplets"]["negatives"]), bool(entry.get("doc_disjoint")))
+
+
+def triplet_cap(config: Mapping, dataset: str) -> int | None:
+    """``triplets.max_per_query``: null (the paper's protocol: every triplet), an int, or a
+    mapping dataset -> int (datasets not listed: no cap)."""
+    cap = config["triplets"].get("max_per_query")
+    if isinstance(cap, Mapping):
+        cap = cap.get(dataset)
+    return None if cap is None else int(cap)
+
+
+# --------------------------------------------------------------------------- selection studies
+def _value_tag(value: Any) -> str:
+    """A path-safe rendering of a hyperparameter value: 1e-04, 0.7, 4, hinge."""
+    if isinstance(value, float):
+        return f"{value:.0e}" if value != 0 and (abs(value) < 1e-2 or abs(value) >= 1e4) else f"{value:g}"
+    return str(value)
+
+
+def selection_settings(config: Mapping) -> dict:
+    sel = dict(config.get("selection") or {})
+    sel.setdefault("datasets", None)
+    sel["datasets"] = list(sel["datasets"] or config["datasets"])
+    sel.setdefault("seed", int(config["seeds"][0]))
+    sel.setdefault("lr_audit", {})
+    sel.setdefault("dive_grid", {})
+    return sel
+
+
+def selection_candidates(config: Mapping, study: str) -> dict[str, list[tuple[str, dict]]]:
+    """``{base method: [(candidate method name, overrides), ...]}`` of a selection study.
+
+    ``lr_audit``: each audited method at each of its learning rates (``{base}-lr{value}``);
+    ``dive_config``: the product of ``selection.dive_grid`` (``dive-{key}{value}...``); an empty
+    grid is the paper's single point, whose only candidate is ``dive`` itself. A candidate whose
+    overrides equal the base entry's values is the base method itself (its runs are shared)."""
+    sel = selection_settings(config)
+    if study == "lr_audit":
+        grids = {base: {"lr": list(values)} for base, values in sel["lr_audit"].items()}
+    elif study == "dive_config":
+        grids = {"dive": dict(sel["dive_grid"])}
+    else:
+        raise ConfigError(f"config: unknown selection study {study!r} (have {SELECTION_STUDIES})")
+    out = {}
+    for base, grid in grids.items():
+        entry = config["methods"].get(base)
+        if entry is None:
+            raise ConfigError(f"config: selection.{study}: method {base!r} is not defined under methods")
+        keys = list(grid)
+        cands = []
+        for values in itertools.product(*(grid[k] for k in keys)):
+            over = dict(zip(keys, values))
+            same = all(k in entry and entry[k] == v for k, v in over.items())
+            name = base if same else base + "-" + "-".join(f"{k.replace('_', '')}{_value_tag(v)}"
+                                                            for k, v in over.items())
+            cands.append((name, over))
+        out[base] = cands
+    return out
+
+
+def selection_reference(config: Mapping, study: str) -> str | None:
+    """The method a selection study reports beside its candidates: for the learning-rate audit,
+    ``experiments.<name>.reference`` of its ``study: lr_audit`` experiment (default ``dive``)."""
+    if study != "lr_audit":
+        return None
+    refs = {(exp or {}).get("reference", "dive") for exp in (config.get("experiments") or {}).values()
+            if (exp or {}).get("study") == "lr_audit"}
+    if len(refs) > 1:
+        raise ConfigError(f"config: experiments of study lr_audit name different references {sorted(refs)}; "
+                          "the audit has one")
+    ref = refs.pop() if refs else "dive"
+    if ref not in config["methods"]:
+        raise ConfigError(f"config: experiments.*.reference = {ref!r} is not defined under methods")
+    return ref
+
+
+def selection_runs(config: Mapping, study: str) -> list[dict]:
+    """The validation (select-stage) runs a selection study reads: its candidates and its
+    reference, on the selection datasets at the selection seed, default backbone, primary
+    dimension. Never a final-stage run."""
+    sel = selection_settings(config)
+    methods = [n for cands in selection_candidates(config, study).values() for n, _ in cands]
+    ref = selection_reference(config, study)
+    methods += [ref] if ref else []
+    bb = config["backbone"]
+    return [dict(dataset=ds, backbone=bb, method=m, k=method_k(config, bb, m, "primary"), stage="select",
+                 seed=sel["seed"])
+            for ds in sel["datasets"] for m in dict.fromkeys(methods)]
+
+
+def selection_study(config: Mapping, method: str, stage: str = "final") -> str | None:
+    """The selection study whose JSON a method's ``stage`` jobs read their picked hyperparameters
+    from, or None. ``selected: <study>/<base>`` in the method entry; a study with a single
+    candidate (the paper's fixed DIVE point) picks nothing, so nothing depends on it. A
+    select-stage run of a method that is itself one of the study's candidates trains at its own
+    values: the pick is made from that run, so reading the pick there would be a cycle."""
+    ref = config["methods"][method].get("selected")
+    if not ref:
+        return None
+    study, _, base = str(ref).partition("/")
+    if study not in SELECTION_STUDIES or not base:
+        raise ConfigError(f"config: methods.{method}.selected = {ref!r}: expected '<study>/<method>' "
+                          f"with study in {SELECTION_STUDIES}")
+    cands = selection_candidates(config, study)
+    if base not in cands:
+        raise ConfigError(f"config: methods.{method}.selected = {ref!r}: selection.{study} has no "
+                          f"method {base!r} (have {sorted(cands)})")
+    if len(cands[base]) < 2:
+        return None
+    if stage == "select" and method in {name for name, _ in cands[base]}:
+        return None
+    return study
+
+
+# --------------------------------------------------------------------------- generated variants
+def heads_variants(config: Mapping, base: str, values, k: int, d: int) -> tuple[list[tuple[int, str]], str]:
+    """``[(H, method name)]`` of the head-sensitivity study and a note. H with k*H > d cannot
+    exist; each is replaced by the largest H with k*H <= d (d // k) when that is not already in
+    the list (MiniLM, 64d: {2, 4, 8} -> {2, 4, 6})."""
+    entry = config["methods"][base]
+    kept, notes = [], []
+    for h in values:
+        h = int(h)
+        if k * h > d:
+            alt = d // k
+            notes.append(f"H = {h} cannot exist at k = {k}, d = {d} (k*H = {k * h} > d)"
+                         + (f"; H = {alt} (k*H = {k * alt}) is used instead" if alt not in values else ""))
+            h = alt
+        if h < 1 or h in [x for x, _ in kept]:
+            continue
+        kept.append((h, base if int(entry.get("heads", -1)) == h else f"{base}-h{h}"))
+    return sorted(kept), "; ".join(notes)
+
+
+def _add_method(config: dict, name: str, entry: dict) -> None:
+    have = config["methods"].get(name)
+    if have is not None and have != entry:
+        raise ConfigError(f"config: methods.{name} is defined, but the workflow generates a different "
+                          f"variant under that name; rename it")
+    config["methods"][name] = entry
+
+
+def expand(config: dict) -> None:
+    """Add the generated method variants to ``config["methods"]`` and resolve every study's
+    method list (``experiments.<name>.methods``) in place. Idempotent."""
+    config.setdefault("selection", {})
+    base_entries = {n: dict(e) for n, e in config["methods"].items()}
+    for study in SELECTION_STUDIES:
+        for base, cands in selection_candidates(config, study).items():
+            for name, over in cands:
+                if name != base:
+                    entry = {k: v for k, v in base_entries[base].items() if k != "selected"}
+                    _add_method(config, name, {**entry, **over})
+    bb = config["backbones"][config["backbone"]]
+    for ename, exp in (config.get("experiments") or {}).items():
+        study = exp.get("study", "main")
+        if study == "heads":
+            base = exp.get("base", "dive")
+            k = int(bb["dims"][exp.get("dim", "primary")])
+            variants, note = heads_variants(config, base, exp.get("heads", [2, 4, 8]), k, int(bb["dim"]))
+            for h, name in variants:
+                if name != base:
+                    _add_method(config, name, {**base_entries[base], "heads": h})
+            exp["methods"] = [name for _, name in variants]
+            exp["heads_note"] = note
+        elif study == "lr_audit":
+            exp["methods"] = list(dict.fromkeys(run["method"] for run in selection_runs(config, "lr_audit")))
+            exp["datasets"] = selection_settings(config)["datasets"]
+            exp["seeds"] = [selection_settings(config)["seed"]]
+            exp["stage"] = "select"
+        if exp.get("triplets") == "doc_disjoint":
+            names = []
+            for m in exp.get("methods", []):
+                entry = config["methods"].get(m)
+                if entry is None or not needs_triplets(config, m) or entry.get("doc_disjoint"):
+                    names.append(m)
+                    continue
+                name = f"{m}-{DOC_DISJOINT}"
+                _add_method(config, name, {**entry, "doc_disjoint": True})
+                names.append(name)
+            exp["methods"] = names
+
+
+# --------------------------------------------------------------------------- studies and runs
+def experiment(config: Mapping, name: str) -> dict:
+    """An experiment with its defaults filled in: all configured datasets and seeds, the
+    ``final`` stage (test queries), the ``primary`` dimension, the default backbone, study
+    ``main``."""
+    exps = config.get("experiments") or {}
+    if name not in exps:
+        raise ConfigError(f"config: no experiment {name!r} under experiments: (have {sorted(exps)})")
+    exp = dict(exps[name])
+    exp.setdefault("study", "main")
+    exp.setdefault("datasets", list(config["datasets"]))
+    exp.setdefault("seeds", list(config["seeds"]))
+    exp.setdefault("stage", "final")
+    exp.setdefault("dim", "primary")
+    exp.setdefault("enabled", True)
+    exp.setdefault("methods", [])
+    exp["backbones"] = list(exp.get("backbones") or [config["backbone"]])
+    return exp
+
+
+def enabled_experiments(config: Mapping) -> list[str]:
+    return [n for n in (config.get("experiments") or {}) if experiment(config, n)["enabled"]]
+
+
+def experiment_runs(config: Mapping, name: str) -> list[dict]:
+    """The (dataset, backbone, method, k, stage, seed) runs of an experiment; none for a study over
+    its own measurement JSONs (efficiency, frontier)."""
+    exp = experiment(config, name)
+    if exp["study"] in OWN_JSON_STUDIES:
+        return []
+    return [dict(dataset=ds, backbone=bb, method=m, k=method_k(config, bb, m, exp["dim"]),
+                 stage=exp["stage"], seed=seed)
+            for bb in exp["backbones"] for ds in exp["datasets"] for m in exp["methods"] for seed in exp["seeds"]]
+
+
+def headline_run(config: Mapping, dataset: str, method: str, seed: int | str) -> dict:
+    """The run behind ``results/{dataset}/{method}/seed{seed}.json``: default backbone, final stage
+    (test queries), primary dimension (full dimension for frozen)."""
+    bb = config["backbone"]
+    return dict(dataset=dataset, backbone=bb, method=method, k=method_k(config, bb, method, "primary"),
+                stage="final", seed=seed)
+
+
+def efficiency_runs(config: Mapping, backbone: str) -> list[tuple[str, int]]:
+    """``[(method, k)]`` the efficiency study times: frozen at full dimension, then
+    ``efficiency.method`` at the secondary and the primary dimension."""
+    bb = config["backbones"][backbone]
+    runs = [("frozen", int(bb["dim"]))]
+    for which in ("secondary", "primary"):
+        if which in bb["dims"]:
+            runs.append((config["efficiency"]["method"], int(bb["dims"][which])))
+    return runs
+
+
+def frontier_runs(config: Mapping, backbone: str) -> list[tuple[str, int]]:
+    """``[(method, k)]``: every method of the frontier study at each of its dimensions (frozen: full)."""
+    runs = []
+    for m in experiment(config, "frontier")["methods"]:
+        for which in ("primary", "secondary"):
+            k = method_k(config, backbone, m, which)
+            if (m, k) not in runs:
+                runs.append((m, k))
+    return runs
+
+
+def dataset_groups(registry: Mapping[str, Mapping], datasets: Iterable[str]) -> dict[str, str]:
+    """dataset -> its group (CQADupStack's communities average first), itself when ungrouped."""
+    return {ds: registry[ds].get("group", ds) for ds in datasets}
+
+
+def experiment_title(config: Mapping, name: str) -> str:
+    """A study table's title: which queries (or logs) it reads, the backbones, the dimension."""
+    exp = experiment(config, name)
+    if exp["study"] in OWN_JSON_STUDIES:
+        return f"{name}: {exp.get('description', exp['study'])}"
+    if exp["study"] == "dynamics":  # read from train logs: no query is evaluated
+        role = "final-stage training logs" if exp["stage"] == "final" else "select-stage training logs"
+    else:
+        role = "held-out test queries" if exp["stage"] == "final" else "validation queries"
+    return f"{name}: {role}, backbone {', '.join(exp['backbones'])}, {exp['dim']} dimension" + (
+        f" - {exp['description']}" if exp.get("description") else "")
+
+
+# --------------------------------------------------------------------------- checks
+def check_method(config: Mapping, mname: str, d: int, k: int, where: str) -> None:
+    """Check a method as its jobs will build it (d, k, resolved hyperparameters): every value's
+    type and range (a value given on the command line as a string, such as heads: '7', is
+    refused, not multiplied), DIVE's k*H <= d. Errors name the key."""
+    hp = method_hparams(config, mname)
+    s = spec(method_type(config, mname))
+    try:
+        if not 1 <= k <= d:
+            raise ValueError(f"output dimension k={k} must be in [1, d={d}]")
+        s.check(d, k, hp)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"config: methods.{mname} ({where}, d = {d}, k = {k}): {exc}") from None
+
+
+def check(config: Mapping, registry: Mapping[str, dict]) -> None:
+    """Raise :class:`ConfigError` naming the offending key: names that must exist elsewhere,
+    every method's hyperparameters and values at each dimension it runs at, the selection."""
+    for i, ds in enumerate(config["datasets"]):
+        if ds not in registry:
+            raise ConfigError(f"config: datasets[{i}] = {ds!r} is not in the dataset registry "
+                              f"({config.get('dataset_registry')}); known: {sorted(registry)}")
+    if config["backbone"] not in config["backbones"]:
+        raise ConfigError(f"config: backbone {config['backbone']!r} is not defined under backbones")
+    fr = config["split"]["fractions"]
+    if abs(sum(fr) - 1.0) > 1e-9:
+        raise ConfigError(f"config: split.fractions {fr} must sum to 1")
+    for bname, bb in config["backbones"].items():
+        for which, k in bb["dims"].items():
+            if k > bb["dim"]:
+                raise ConfigError(f"config: backbones.{bname}.dims.{which} = {k} exceeds dim {bb['dim']}")
+    for ename, exp in (config.get("experiments") or {}).items():
+        for i, m in enumerate(exp.get("methods", [])):
+            if m not in config["methods"]:
+                raise ConfigError(f"config: experiments.{ename}.methods[{i}] = {m!r} is not defined under methods")
+        for i, ds in enumerate(exp.get("datasets", []) or []):
+            if ds not in registry:
+                raise ConfigError(f"config: experiments.{ename}.datasets[{i}] = {ds!r} is not in the dataset registry")
+    for mname in config["methods"]:
+        try:
+            method_hparams(config, mname)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(str(exc).strip("'\"")) from None
+        selection_study(config, mname)
+    for study in SELECTION_STUDIES:
+        selection_reference(config, study)
+    for ename in enabled_experiments(config):
+        exp = experiment(config, ename)
+        if exp["study"] == "efficiency":
+            continue  # times config `efficiency.method` against frozen
+        if not exp["methods"]:
+            raise ConfigError(f"config: experiments.{ename} has no methods")
+        for bname in exp["backbones"]:
+            if bname not in config["backbones"]:
+                raise ConfigError(f"config: experiments.{ename}.backbones: {bname!r} is not defined under backbones")
+            d = int(config["backbones"][bname]["dim"])
+            for mname in exp["methods"]:
+                check_method(config, mname, d, method_k(config, bname, mname, exp["dim"]),
+                             f"experiments.{ename}, backbone {bname} at its {exp['dim']} dimension")
+    for base, values in (selection_settings(config).get("lr_audit") or {}).items():
+        if len(values) != 3:
+            raise ConfigError(f"config: selection.lr_audit.{base} has {len(values)} candidates; the audit "
+                              f"gives every method exactly three (SPEC section 4)")
+
+
+# --------------------------------------------------------------------------- the default-backbone guard
+def foreign_backbone_outputs(config: Mapping, patterns: Mapping[str, str], root: str | Path = ".") -> list[tuple[str, str]]:
+    """``[(path, backbone)]`` of existing outputs whose paths carry no backbone (``patterns``: the
+    headline results, the selection JSONs and the default studies' per-run tables, as path
+    patterns with ``{wildcards}``) but hold another backbone's results than ``config["backbone"]``.
+    Read leniently: a file of any format that names a backbone counts."""
+    import csv
+    import json
+
+    def files(pattern: str) -> list[Path]:
+        glob = re.sub(r"\{[^}]+\}", "*", pattern)
+        return [p for p in sorted(Path(root).glob(glob)) if fnmatch.fnmatch(str(p.relative_to(root)), glob)]
+
+    def read(p: Path) -> dict:
+        try:
+            obj = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return obj if isinstance(obj, dict) else {}
+
+    want, found = config["backbone"], []
+    for p in files(patterns["headline"]):
+        bb = read(p).get("backbone")
+        if bb and bb != want:
+            found.append((str(p.relative_to(root)), bb))
+    for p in files(patterns["selection"]):  # inputs: results/{dataset}/{backbone}/...
+        inputs = read(p).get("inputs") or {}
+        other = sorted({Path(x).parts[2] for x in inputs if len(Path(x).parts) > 3} - {want})
+        found += [(str(p.relative_to(root)), bb) for bb in other]
+    for name, exp in (config.get("experiments") or {}).items():
+        p = Path(root) / patterns["runs_table"].format(experiment=name)
+        if (exp or {}).get("backbones") or not p.exists():
+            continue
+        with open(p, encoding="utf-8", newline="") as fh:
+            other = sorted({row.get("backbone") for row in csv.DictReader(fh, delimiter="\t")} - {want, None, ""})
+        found += [(str(p.relative_to(root)), bb) for bb in other]
+    return found
+
+
+def check_default_backbone(config: Mapping, patterns: Mapping[str, str], root: str | Path = ".") -> None:
+    """Refuse a switch of the default ``backbone`` that would overwrite another backbone's
+    results: the headline results and the default studies' tables carry no backbone in their path."""
+    found = foreign_backbone_outputs(config, patterns, root)
+    if not found:
+        return
+    shown = "; ".join(f"{p} ({bb})" for p, bb in found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+    raise ConfigError(
+        f"config: backbone = {config['backbone']!r}, but outputs whose paths carry no backbone hold another "
+        f"backbone's results: {shown}. Running would overwrite them. To add a backbone, keep `backbone:` and "
+        "enable experiments.second_backbone (or give a study `backbones: [...]`): its runs and table get their "
+        "own paths. To switch the default backbone, first move results/tables, results/figures, "
+        "results/selection and the headline results results/<dataset>/<method>/ aside.")

@@ -1,0 +1,70 @@
+"""The scheduler's model of each job: the memory and wall time a rule declares (``resources:
+mem_mb, runtime``) from the size of the data it reads, so that a local run under ``--resources
+mem_mb=N`` and a SLURM submission schedule jobs by what they hold. No Snakemake import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+# Memory: the embedding-reading jobs hold one float32 copy of the corpus matrix plus
+# what the method or index needs (peak RSS per stage measured with benchmarks/scale.py, at most
+# 2.5x the matrix); text jobs hold the JSONL as Python objects. Runtime: generous wall-clock
+# bounds in minutes for a cluster queue. Each retry (`--retries`) asks for 50% more of both.
+JOB_RESOURCES = {
+    # kind: (fixed MB, MB per MB of text read, MB per MB of matrices read, fixed minutes, minutes
+    #        per GB read). Text: JSONL/TSV/JSON inputs; matrices: embedding files and checkpoints.
+    "text": (1500, 8.0, 2.0, 15, 60),      # stage_beir, make_splits, triplets (hard negatives: + matrix)
+    "embed": (1500, 8.0, 1.0, 60, 600),    # + the backbone's own memory (backbones.<name>.mem_mb)
+    "train": (2500, 3.0, 1.5, 60, 240),    # one float32 copy of the matrices, triplets as arrays
+    "evaluate": (2000, 3.0, 2.5, 30, 60),  # + the compressed copy, the index, a query batch
+    "measure": (2000, 3.0, 3.5, 60, 120),  # efficiency, frontier: several indexes of one corpus
+    "small": (1000, 2.0, 0.0, 10, 10),     # tables, selection, headline copies, downloads
+}
+BACKBONE_MEM_MB = {"sentence_transformers": 2000, "llm2vec": 24000}  # weights + activations, default
+MATRIX_SUFFIXES = (".h5", ".pt", ".npy")
+
+
+def job_resources(kind: str, text_mb: float, matrix_mb: float = 0.0, backbone: Mapping | None = None,
+                  attempt: int = 1) -> dict:
+    """``{"mem_mb": ..., "runtime": ...}`` for a job of ``kind`` (see :data:`JOB_RESOURCES`)
+    reading ``text_mb`` MB of text and ``matrix_mb`` MB of matrices; ``backbone`` (its config
+    entry) for embedding jobs. Each retry (``attempt`` > 1) asks for 50% more."""
+    import math
+
+    if kind not in JOB_RESOURCES:
+        raise ValueError(f"unknown job kind {kind!r}; known: {sorted(JOB_RESOURCES)}")
+    fixed, per_text, per_matrix, minutes, per_gb = JOB_RESOURCES[kind]
+    if backbone is not None:
+        fixed += backbone.get("mem_mb") or BACKBONE_MEM_MB[backbone["family"]]
+    grow = 1.0 + 0.5 * (max(int(attempt), 1) - 1)
+    return {"mem_mb": math.ceil((fixed + per_text * text_mb + per_matrix * matrix_mb) * grow),
+            "runtime": math.ceil((minutes + per_gb * (text_mb + matrix_mb) / 1024) * grow)}
+
+
+def data_mb(paths, staged_manifest: str = "source.json") -> tuple[float, float] | None:
+    """``(text MB, matrix MB)`` that a job reads: its input files, where a staged dataset's
+    ``source.json`` stands for every file of its folder. None if an input does not exist yet."""
+    sizes = {"text": 0, "matrix": 0}
+
+    def add(f: Path) -> None:
+        sizes["matrix" if f.suffix in MATRIX_SUFFIXES else "text"] += f.stat().st_size
+
+    for p in map(Path, paths):
+        if not p.exists():
+            return None
+        if p.name == staged_manifest or p.is_dir():
+            for f in (p.parent if p.name == staged_manifest else p).rglob("*"):
+                if f.is_file():
+                    add(f)
+        else:
+            add(p)
+    return sizes["text"] / 2**20, sizes["matrix"] / 2**20
+
+
+def synthetic_mb(efficiency: Mapping) -> float:
+    """MB that rule efficiency_synthetic holds without reading any input: its largest synthetic
+    corpus matrix (float32) plus the bandwidth probe's array (config ``efficiency``)."""
+    syn = efficiency["synthetic"]
+    largest = max(max(syn["docs"]) * max(syn["dims"]), syn["large_docs"] * max(syn["large_dims"] or [0]))
+    return largest * 4 / 2**20 + efficiency["bandwidth_mb"]

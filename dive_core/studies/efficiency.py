@@ -1,0 +1,101 @@
+"""Efficiency: memory, latency and throughput of a flat index against the bandwidth bound."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from .shared import StudyContext, StudyOutput, REFERENCE_STYLE, pyplot, save, suptitle
+
+
+def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """Efficiency JSONs (one per dataset and backbone, and the synthetic scaling): memory,
+    latency and throughput of a flat index at each dimension, ratios to the full dimension and to
+    the memory-bandwidth bound."""
+    real = [r for r in results if r["dataset"] != "synthetic"]
+    syn = [r for r in results if r["dataset"] == "synthetic"]
+    lines = [f"## {ctx.title}", ""]
+    rows = []
+    for r in real:
+        lines += [f"### {r['dataset']} ({r['backbone']}): {r['indexes'][0]['n_docs']:,} documents, "
+                  f"{r['n_queries']} test queries", "",
+                  f"FAISS {r['faiss_version']} flat inner-product index on {r['device'].upper()} ({r['cpu']}, "
+                  f"{r['faiss_threads']} threads); main-memory streaming-read bandwidth {r['bandwidth_gb_s']:.2f} GB/s. "
+                  f"Medians of {r['indexes'][0]['repeats']} repetitions ({r['indexes'][0]['n_single']} single-query "
+                  f"searches each, top-{r['indexes'][0]['k']}); index construction and file loading not timed.", "",
+                  "| index | bytes/vector | index MB | memory ratio | latency median ms | p99 ms | speed-up | "
+                  "DRAM bound ms | latency / bound | same-size read ms | latency / read | throughput q/s | "
+                  "throughput ratio |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for x in r["indexes"]:
+            lines.append(f"| {x['method']} {x['dim']}d | {x['bytes_per_vector']} | {x['index_bytes'] / 1e6:.2f} | "
+                         f"{x['memory_ratio_to_full']:.1f}x | {x['latency_ms_median']:.3f} | {x['latency_ms_p99']:.3f} | "
+                         f"{x['latency_speedup_vs_full']:.2f}x | {x['lower_bound_ms']:.3f} | "
+                         f"{x['latency_ratio_to_bound']:.2f} | {x['read_ms_same_size']:.3f} | "
+                         f"{x['latency_ratio_to_read']:.2f} | {x['throughput_qps']:.0f} | "
+                         f"{x['throughput_ratio_to_full']:.2f}x |")
+            rows.append({"dataset": r["dataset"], "backbone": r["backbone"], **x})
+        lines.append("")
+    for r in syn:
+        lines += ["### Synthetic scaling (random unit vectors)", "",
+                  f"Streaming-read bandwidth {r['bandwidth_gb_s']:.2f} GB/s; {r['indexes'][0]['batch_queries']} "
+                  "queries per batch.", "",
+                  "| documents | dim | index MB | latency median ms | p99 ms | DRAM bound ms | latency / bound | "
+                  "same-size read ms | throughput q/s |", "|---|---|---|---|---|---|---|---|---|"]
+        for x in r["indexes"]:
+            lines.append(f"| {x['n_docs']:,} | {x['dim']} | {x['index_bytes'] / 1e6:.1f} | {x['latency_ms_median']:.3f} | "
+                         f"{x['latency_ms_p99']:.3f} | {x['lower_bound_ms']:.3f} | {x['latency_ratio_to_bound']:.2f} | "
+                         f"{x['read_ms_same_size']:.3f} | {x['throughput_qps']:.0f} |")
+            rows.append({"dataset": "synthetic", **x})
+        lines.append("")
+    lines.append("DRAM bound: a single-query flat search reads the whole index once, so from main memory it "
+                 "cannot take less than index bytes / bandwidth. An index that fits in the CPU caches is read "
+                 "faster (latency / bound below 1); the same-size read is the time to read an array of the "
+                 "index's size again and again, as the repeated searches do.")
+
+    def figure(path):
+        plt = pyplot()
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), dpi=120)
+        many = len(real) > 1  # one group of bars per dataset, each labelled with its dataset
+        for i, r in enumerate(real):
+            xs = [(f"{r['dataset']}\n" if many else "") + f"{x['method']}\n{x['dim']}d" for x in r["indexes"]]
+            color = plt.get_cmap("tab10").colors[i % 10] if many else "tab:blue"
+            for ax, key, plain in ((axes[0], "latency_ms_median", color), (axes[1], "throughput_qps",
+                                                                             color if many else "tab:green")):
+                for xl, x in zip(xs, r["indexes"]):  # frozen (uncompressed) as in every study figure
+                    ax.bar(xl, x[key], **(REFERENCE_STYLE if x["method"] == "frozen"
+                                          else dict(color=plain, edgecolor="0.3", linewidth=0.8)))
+            axes[0].scatter(xs, [x["lower_bound_ms"] for x in r["indexes"]], color="black", marker="_", s=600,
+                            zorder=3, label="DRAM bandwidth bound" if i == 0 else None)
+        if real:
+            where = "" if many else f"{real[0]['dataset']}: "
+            axes[0].set_ylabel("single-query latency (ms)")
+            axes[0].set_title(f"{where}latency", fontsize=10)
+            from matplotlib.patches import Patch
+
+            handles, _ = axes[0].get_legend_handles_labels()
+            ref = {("facecolor" if k == "color" else k): v for k, v in REFERENCE_STYLE.items()}
+            axes[0].legend(handles=[Patch(**ref, label="measured median: frozen (uncompressed)"),
+                                    Patch(facecolor="tab:blue" if not many else "0.5", edgecolor="0.3",
+                                          label="measured median: compressed"), *handles], fontsize=8)
+            axes[1].set_ylabel("batched throughput (queries/s)")
+            axes[1].set_title(f"{where}throughput", fontsize=10)
+            if many:
+                for ax in axes[:2]:
+                    ax.tick_params(axis="x", labelsize=7)
+        for r in syn:
+            ax = axes[2]
+            for d in sorted({x["dim"] for x in r["indexes"]}, reverse=True):
+                pts = sorted((x["n_docs"], x["latency_ms_median"]) for x in r["indexes"] if x["dim"] == d)
+                ax.plot([n for n, _ in pts], [v for _, v in pts], marker="o", label=f"d = {d}")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("documents")
+            ax.set_ylabel("single-query latency (ms)")
+            ax.set_title("synthetic: latency vs corpus size", fontsize=10)
+            ax.legend(fontsize=8, ncol=2)
+        for ax in axes:
+            ax.grid(alpha=0.3)
+        suptitle(fig, ctx.title)
+        save(fig, path)
+
+    return StudyOutput("\n".join(lines) + "\n", rows, figure)

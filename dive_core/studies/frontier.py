@@ -1,0 +1,74 @@
+"""The quality-per-byte frontier: every method, dimension and encoding."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from .shared import StudyContext, StudyOutput, method_colors, pyplot, save, suptitle
+
+
+def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """Frontier JSONs: held-out nDCG@10 and Recall@10 against bytes per vector for every method,
+    dimension and encoding; Pareto front marked."""
+    lines = [f"## {ctx.title}", ""]
+    rows = []
+    for r in results:
+        over = next((x["rescore_oversample"] for x in r["rows"] if x["rescore_oversample"]), None)
+        lines += [f"### {r['dataset']} ({r['backbone']}), {r['n_queries']} test queries, seed "
+                  f"{r['rows'][0]['seed']}", "",
+                  "Encodings of the same compressed vectors: float32, float16, 8-bit scalar quantization (FAISS "
+                  "SQ8, trained on the corpus), 1-bit sign codes searched by Hamming distance, and the same "
+                  f"re-scored in float32 ({over}x oversampling: the {over} x k Hamming-nearest re-ranked). "
+                  "Bytes per vector count what the search index holds in memory; `binary_rescore` also keeps "
+                  "every float32 vector (4 x dim bytes) outside the index, on disk in a deployment, and reads "
+                  "only its candidates' at query time. "
+                  "**front**: on the Pareto front of nDCG@10 against bytes per vector.", "",
+                  "| bytes/vector | method | dim | encoding | nDCG@10 | R@10 | front |", "|---|---|---|---|---|---|---|"]
+        for x in sorted(r["rows"], key=lambda x: (x["bytes_per_vector"], -x["ndcg@10"])):
+            lines.append(f"| {x['bytes_per_vector']} | {x['method']} | {x['dim']} | {x['encoding']} | "
+                         f"{x['ndcg@10']:.4f} | {x['recall@10']:.4f} | {'**front**' if x['pareto'] else ''} |")
+            rows.append({"dataset": r["dataset"], "backbone": r["backbone"], **x})
+        small = [x for x in r["rows"] if x["bytes_per_vector"] <= 64]
+        best = max(small, key=lambda x: x["ndcg@10"], default=None)
+        alone = max((x for x in small if x["encoding"] != "binary_rescore"), key=lambda x: x["ndcg@10"], default=None)
+        for label, x in (("", best), (" with nothing outside the index (no re-scoring)", alone)):
+            if x:
+                lines += ["", f"Best at 64 bytes or fewer per vector{label}: **{x['method']} {x['dim']}d in "
+                              f"{x['encoding']}** ({x['bytes_per_vector']} B, nDCG@10 {x['ndcg@10']:.4f}, "
+                              f"R@10 {x['recall@10']:.4f})."]
+        lines.append("")
+
+    def figure(path):
+        plt = pyplot()
+        fig, axes = plt.subplots(max(1, len(results)), 2, figsize=(14, 5 * max(1, len(results))), dpi=120,
+                                 squeeze=False)  # one row per dataset (and backbone)
+        markers = {"float32": "o", "float16": "s", "sq8": "^", "binary": "x", "binary_rescore": "P"}
+        methods = list(dict.fromkeys(x["method"] for r in results for x in r["rows"]))
+        # the frontier's runs are the configured methods, named by their type
+        colors = {**method_colors({m: m for m in methods if m != "frozen"}), "frozen": "0.35"}
+        for row, r in zip(axes, results):
+            for ax, metric, label in zip(row, ("ndcg@10", "recall@10"), ("nDCG@10", "Recall@10")):
+                for x in r["rows"]:
+                    ax.scatter(x["bytes_per_vector"], x[metric], marker=markers[x["encoding"]], s=45,
+                               color=colors[x["method"]],
+                               edgecolors="black" if x["pareto"] else "none", linewidths=1.2)
+                front = sorted((x["bytes_per_vector"], x[metric]) for x in r["rows"] if x["pareto"])
+                if metric == "ndcg@10" and front:
+                    ax.step([b for b, _ in front], [v for _, v in front], where="post", color="black",
+                            linewidth=1, linestyle="dashed")
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("bytes per vector (log scale)")
+                ax.set_ylabel(f"held-out {label}")
+                ax.grid(alpha=0.3)
+                bb = f" ({r['backbone']})" if len({x['backbone'] for x in results}) > 1 else ""
+                ax.set_title(f"{r['dataset']}{bb}: {label} per byte", fontsize=10)
+        handles = [plt.Line2D([], [], linestyle="", marker="o", color=colors[m],
+                              label=m + (" (uncompressed)" if m == "frozen" else ""))
+                   for m in methods]
+        handles += [plt.Line2D([], [], linestyle="", marker=mk, color="black", label=e) for e, mk in markers.items()]
+        handles.append(plt.Line2D([], [], color="black", linestyle="dashed", label="Pareto front (nDCG@10)"))
+        fig.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(0.995, 0.5), frameon=False)
+        suptitle(fig, ctx.title)
+        save(fig, path)
+
+    return StudyOutput("\n".join(lines) + "\n", rows, figure)

@@ -1,0 +1,70 @@
+"""The learning-rate audit, from its selection record."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from .shared import StudyContext, StudyOutput, cell, opening_lines, pyplot, save, suptitle
+
+
+def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """The learning-rate audit from its selection JSON: each candidate's validation nDCG@10 per
+    dataset and mean, the pick marked, DIVE's validation score as the reference."""
+    sel = ctx.selection or {}
+    ref = sel.get("reference") or {}
+    datasets = sel.get("datasets", ctx.datasets)
+    lines = opening_lines(ctx, results, "") + [
+             "| method | candidate | " + " | ".join(f"{ds} nDCG@10" for ds in datasets) + " | mean nDCG@10 | pick |",
+             "|---|---|" + "---|" * len(datasets) + "---|---|"]
+    rows = []
+    for base, entry in sel.get("methods", {}).items():
+        for c in entry["candidates"]:
+            picked = c["method"] == entry["pick"]["method"]
+            over = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c["overrides"].items())
+            lines.append(f"| {base} | {over} | " + " | ".join(cell(c["per_dataset"].get(ds, float('nan')))
+                                                           for ds in datasets)
+                         + f" | {cell(c['mean'])} | {'**picked**' if picked else ''} |")
+            rows.append({"method": base, "candidate": c["method"], **c["overrides"], "mean_ndcg@10": c["mean"],
+                         "picked": picked, **{f"{ds}_ndcg@10": v for ds, v in c["per_dataset"].items()}})
+    if ref:
+        lines.append(f"| {ref['method']} (reference) | fixed | " + " | ".join(
+            cell(ref["per_dataset"].get(ds, float("nan"))) for ds in datasets) + f" | {cell(ref['mean'])} | |")
+    lines += ["", f"Validation queries (select stage), seed {sel.get('seed')}; selection by the unweighted mean "
+              f"validation nDCG@10 over {', '.join(datasets)}. No test query is read. The picks are in "
+              "`results/selection/lr_audit.json`."]
+
+    def figure(path):
+        plt = pyplot()
+        bases = list(sel.get("methods", {}))
+        fig, ax = plt.subplots(figsize=(max(6.5, 2.3 * len(bases) + 2.5), 4.4), dpi=120)
+        width = 0.25
+        for i, base in enumerate(bases):
+            entry = sel["methods"][base]
+            n = len(entry["candidates"])
+            for j, c in enumerate(entry["candidates"]):
+                x = i + (j - (n - 1) / 2) * width
+                picked = c["method"] == entry["pick"]["method"]
+                ax.bar(x, c["mean"], width * 0.92, color="goldenrod" if picked else "0.7",
+                       edgecolor="black" if picked else "0.5", linewidth=1.2 if picked else 0.5,
+                       label=("picked" if picked else "candidate") if i == 0 and j in (0, 1) else None)
+                lr = c["overrides"].get("lr")
+                ax.text(x, c["mean"] + 0.01, f"{c['mean']:.3f}", ha="center", va="bottom", fontsize=7,
+                        rotation=90)  # above the bar: never over the lr label inside it, however short
+                ax.text(x, 0.01, f"{lr:.0e}" if isinstance(lr, float) else str(c["overrides"]), ha="center",
+                        va="bottom", fontsize=6.5, rotation=90, color="black")
+        if ref:
+            ax.axhline(ref["mean"], color="purple", linestyle="dashed", linewidth=1.5,
+                       label=f"{ref['method']} (validation) {ref['mean']:.3f}")
+        ax.set_xticks(range(len(bases)), bases)
+        ax.set_ylabel("mean validation nDCG@10")
+        top = max([c["mean"] for b in bases for c in sel["methods"][b]["candidates"]] + [ref.get("mean", 0)])
+        ax.set_ylim(0, min(1.05, top + 0.15))
+        ax.grid(axis="y", alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        uniq = dict(zip(labels, handles))
+        ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5),
+                  frameon=False)
+        suptitle(fig, ctx.title)
+        save(fig, path)
+
+    return StudyOutput("\n".join(lines) + "\n", rows, figure)

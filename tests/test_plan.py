@@ -1,0 +1,213 @@
+"""The run plan (dive_core.plan), without Snakemake: config expansion into study variants,
+selection dependencies, the negatives wildcard, the runs of every study, and the config's key
+order; each against the configured values."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from dive_core import config as dcfg
+from dive_core import plan
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = dcfg.load_yaml(REPO / "config" / "config.yaml")
+
+
+def expanded(cfg=None):
+    cfg = copy.deepcopy(cfg or CONFIG)
+    plan.expand(cfg)
+    return cfg
+
+
+# -- config expansion ----------------------------------------------------------------------
+def test_lr_audit_candidates_at_the_configured_values():
+    cfg = expanded()
+    cands = plan.selection_candidates(cfg, "lr_audit")
+    assert {b: [n for n, _ in c] for b, c in cands.items()} == {
+        "mrl": ["mrl-lr1e-04", "mrl", "mrl-lr5e-04"],  # 2e-4 is mrl's own lr: its runs are mrl's
+        "search_adaptor": ["search_adaptor-lr1e-04", "search_adaptor", "search_adaptor-lr5e-04"],
+        "smec": ["smec-lr1e-06", "smec", "smec-lr1e-05"],
+    }
+    assert cfg["methods"]["smec-lr1e-05"] == {**CONFIG["methods"]["smec"], "lr": 1e-5}
+    exp = plan.experiment(cfg, "lr_audit")
+    assert exp["stage"] == "select" and exp["seeds"] == [2027] and exp["methods"][-1] == "dive"
+    # the tuned methods read their lr from the audit; DIVE's single point selects nothing
+    assert plan.selection_study(cfg, "mrl-tuned") == "lr_audit"
+    assert plan.selection_study(cfg, "dive") is None
+
+
+def test_lr_audit_needs_exactly_three_candidates():
+    cfg = copy.deepcopy(CONFIG)
+    cfg["selection"]["lr_audit"]["mrl"] = [1e-4, 2e-4]
+    plan.expand(cfg)
+    with pytest.raises(dcfg.ConfigError, match="selection.lr_audit.mrl has 2 candidates"):
+        plan.check(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"))
+
+
+def test_dive_grid_generates_candidates_and_a_dependency():
+    cfg = copy.deepcopy(CONFIG)
+    cfg["selection"]["dive_grid"] = {"margin": [0.5, 0.7], "heads": [4]}
+    cfg["methods"]["dive"] = {**cfg["methods"]["dive"], "selected": "dive_config/dive"}
+    plan.expand(cfg)
+    names = [n for n, _ in plan.selection_candidates(cfg, "dive_config")["dive"]]
+    assert names == ["dive-margin0.5-heads4", "dive"]
+    assert "selected" not in cfg["methods"]["dive-margin0.5-heads4"]  # candidates never depend on the pick
+    assert plan.selection_study(cfg, "dive") == "dive_config"
+    # the pick is made from dive's own select-stage run: that run must not wait for the pick
+    assert plan.selection_study(cfg, "dive", "select") is None
+    assert plan.selection_study(cfg, "dive", "final") == "dive_config"
+
+
+def test_heads_variants_replace_impossible_head_counts():
+    cfg = expanded()
+    assert plan.experiment(cfg, "heads")["methods"] == ["dive-h2", "dive", "dive-h6"]
+    assert "H = 8 cannot exist at k = 64, d = 384" in plan.experiment(cfg, "heads")["heads_note"]
+    assert cfg["methods"]["dive-h6"]["heads"] == 6
+    # LLM2Vec-Mistral at 128d: every H of the paper exists
+    variants, note = plan.heads_variants(cfg, "dive", [2, 4, 8], 128, 4096)
+    assert variants == [(2, "dive-h2"), (4, "dive"), (8, "dive-h8")] and note == ""
+
+
+def test_doc_disjoint_variants_only_for_supervised_methods():
+    cfg = expanded()
+    methods = plan.experiment(cfg, "doc_disjoint")["methods"]
+    assert methods == ["frozen", "truncate", "pca", "autoencoder", "mrl-docdisjoint",
+                       "search_adaptor-docdisjoint", "smec-docdisjoint", "dive-docdisjoint"]
+    assert plan.method_negatives(cfg, "dive-docdisjoint") == "random-docdisjoint"
+    assert plan.method_negatives(cfg, "dive") == "random"
+
+
+def test_the_implementations_take_their_metadata_from_the_specs():
+    """The planner reads supervised / hyperparameters from the torch-free specs; the registered
+    classes carry the same values, so the plan and the jobs agree."""
+    from dive_core.methods import METHODS, SPECS
+
+    assert sorted(METHODS) == sorted(SPECS)
+    for t, cls in METHODS.items():
+        assert (cls.supervised, cls.hyperparameters) == (SPECS[t].supervised, SPECS[t].hyperparameters), t
+    assert [t for t, s in SPECS.items() if not s.supervised] == ["frozen", "truncate", "pca", "autoencoder"]
+
+
+def test_triplet_cap_per_dataset():
+    cfg = {"triplets": {"max_per_query": {"nfcorpus": 4}}}
+    assert plan.triplet_cap(cfg, "nfcorpus") == 4 and plan.triplet_cap(cfg, "scifact") is None
+    assert plan.triplet_cap({"triplets": {"max_per_query": 7}}, "scifact") == 7
+    assert plan.triplet_cap({"triplets": {}}, "scifact") is None
+    paper = dcfg.load_yaml(REPO / "config" / "paper.yaml")
+    assert "nfcorpus" in paper["datasets"] and paper["triplets"]["max_per_query"]["nfcorpus"] >= 1
+
+
+def test_expand_is_idempotent():
+    once = expanded()
+    twice = copy.deepcopy(once)
+    plan.expand(twice)
+    assert once == twice
+
+
+
+def test_config_key_order_follows_the_defaults_file():
+    """However a config was composed (`--configfile config/paper.yaml` alone puts paper.yaml's
+    keys first), the workflow sees the defaults file's key order, so the same settings give the
+    same params and no job reruns for the order alone."""
+    template = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
+    composed = {"triplets": {"max_per_query": {"nfcorpus": 4}, **{k: v for k, v in template["triplets"].items()
+                                                                  if k != "max_per_query"}},
+                "datasets": ["scifact", "nfcorpus"], "extra": {"b": 1, "a": 2}}
+    ordered = dcfg.canonical_order(composed, template)
+    assert list(ordered["triplets"]) == list(template["triplets"])
+    assert ordered["triplets"]["max_per_query"] == {"nfcorpus": 4}
+    assert list(ordered) == ["datasets", "triplets", "extra"] and list(ordered["extra"]) == ["b", "a"]
+    assert dcfg.canonical_order([1, 2], {"a": 1}) == [1, 2]
+
+
+def test_the_negatives_wildcard_is_encoded_and_decoded_in_one_place():
+    import re
+
+    for mode in plan.NEGATIVES:
+        for disjoint in (False, True):
+            tag = plan.negatives_tag(mode, disjoint)
+            assert re.fullmatch(plan.NEGATIVES_WILDCARD, tag) and plan.parse_negatives(tag) == (mode, disjoint)
+    assert plan.negatives_tag("hard", True) == "hard-docdisjoint"
+    with pytest.raises(ValueError, match="expected"):
+        plan.parse_negatives("hard-disjoint")
+    with pytest.raises(dcfg.ConfigError, match="negatives 'semi'"):
+        plan.negatives_tag("semi")
+
+
+def test_the_audits_reference_is_honoured_everywhere():
+    """experiments.<lr_audit>.reference decides the audit's reference run: the select job reads
+    it, the table lists it; the default is DIVE."""
+    cfg = expanded()
+    runs = plan.selection_runs(cfg, "lr_audit")
+    assert runs[-1]["method"] == "dive" and plan.selection_reference(cfg, "lr_audit") == "dive"
+    assert {r["stage"] for r in runs} == {"select"} and len(runs) == 10
+    cfg = copy.deepcopy(CONFIG)
+    cfg["experiments"]["lr_audit"]["reference"] = "autoencoder"
+    plan.expand(cfg)
+    assert plan.selection_reference(cfg, "lr_audit") == "autoencoder"
+    assert [r["method"] for r in plan.selection_runs(cfg, "lr_audit")][-1] == "autoencoder"
+    assert plan.experiment(cfg, "lr_audit")["methods"][-1] == "autoencoder"
+    assert plan.selection_reference(cfg, "dive_config") is None
+    cfg["experiments"]["lr_audit"]["reference"] = "nope"
+    with pytest.raises(dcfg.ConfigError, match="reference = 'nope' is not defined"):
+        plan.selection_reference(cfg, "lr_audit")
+
+
+def test_runs_of_studies_and_of_the_measurement_studies():
+    cfg = expanded()
+    main = plan.experiment_runs(cfg, "main")
+    assert len(main) == 8 * 3 and main[0] == dict(dataset="scifact", backbone="minilm", method="frozen", k=384,
+                                                     stage="final", seed=2027)
+    assert plan.experiment_runs(cfg, "efficiency") == [] and plan.experiment_runs(cfg, "frontier") == []
+    assert plan.efficiency_runs(cfg, "minilm") == [("frozen", 384), ("dive", 96), ("dive", 64)]
+    assert ("frozen", 384) in plan.frontier_runs(cfg, "minilm") and ("mrl", 96) in plan.frontier_runs(cfg, "minilm")
+    assert plan.headline_run(cfg, "scifact", "frozen", 2028)["k"] == 384
+    assert plan.experiment_title(cfg, "heads") == "heads: validation queries, backbone minilm, primary dimension"
+    assert plan.experiment_title(cfg, "dynamics").startswith("dynamics: final-stage training logs")
+    assert plan.needs_triplets(cfg, "dive-docdisjoint") and not plan.needs_triplets(cfg, "pca")
+
+
+def test_the_plan_and_its_params_need_no_torch():
+    """The job graph and every job parameter come from dive_core.plan, which imports no torch: a
+    Snakemake driver environment without torch plans exactly the same jobs with the same params."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import builtins, copy, json, sys
+        real = builtins.__import__
+        def no_torch(name, *a, **k):
+            if name == "torch" or name.startswith("torch."):
+                raise ImportError("no torch here")
+            return real(name, *a, **k)
+        builtins.__import__ = no_torch
+        from dive_core import config as dcfg, plan
+        cfg = dcfg.load_yaml({str(REPO / "config" / "config.yaml")!r})
+        plan.expand(cfg)
+        plan.check(cfg, dcfg.load_registry({str(REPO / "config" / "datasets.yaml")!r}))
+        out = {{m: plan.method_hparams(cfg, m) for m in cfg["methods"]}}
+        out["triplets"] = {{m: plan.needs_triplets(cfg, m) for m in cfg["methods"]}}
+        print(json.dumps(out, sort_keys=True))
+        assert "torch" not in sys.modules
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+
+    cfg = expanded()
+    want = {m: plan.method_hparams(cfg, m) for m in cfg["methods"]}
+    want["triplets"] = {m: plan.needs_triplets(cfg, m) for m in cfg["methods"]}
+    assert json.loads(proc.stdout) == json.loads(json.dumps(want, sort_keys=True))
+
+
+def test_value_checks_run_at_plan_time_without_building_a_method():
+    cfg = copy.deepcopy(CONFIG)
+    cfg["methods"]["dive"] = {**cfg["methods"]["dive"], "heads": "7"}
+    plan.expand(cfg)
+    with pytest.raises(dcfg.ConfigError, match=r"methods.dive .*hyperparameter 'heads' must be an integer >= 1 "
+                                               r"\(a string was given"):
+        plan.check(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"))

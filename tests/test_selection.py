@@ -1,0 +1,71 @@
+"""Selection on validation results (dive_core.selection) against hand-computed picks."""
+
+from __future__ import annotations
+
+import pytest
+
+from dive_core import report
+from dive_core.selection import apply_selection, select
+
+
+# -- selection -----------------------------------------------------------------------------
+def result(method, dataset, ndcg, stage="select", seed=2027):
+    return {"method": method, "dataset": dataset, "stage": stage, "seed": seed,
+            "role": "validation" if stage == "select" else "test", "metrics": {"ndcg@10": ndcg}}
+
+
+CANDS = {"mrl": [("mrl-lr1e-04", {"lr": 1e-4}), ("mrl", {"lr": 2e-4}), ("mrl-lr5e-04", {"lr": 5e-4})]}
+GROUPS = {"a": "a", "cq1": "cq", "cq2": "cq"}
+
+
+def validation(scores):
+    return [result(m, ds, v) for (m, ds), v in scores.items()]
+
+
+SCORES = {("mrl-lr1e-04", "a"): 0.50, ("mrl-lr1e-04", "cq1"): 0.30, ("mrl-lr1e-04", "cq2"): 0.10,
+          ("mrl", "a"): 0.40, ("mrl", "cq1"): 0.40, ("mrl", "cq2"): 0.30,
+          ("mrl-lr5e-04", "a"): 0.60, ("mrl-lr5e-04", "cq1"): 0.05, ("mrl-lr5e-04", "cq2"): 0.05,
+          ("dive", "a"): 0.70, ("dive", "cq1"): 0.50, ("dive", "cq2"): 0.40}
+
+
+def test_select_by_hand():
+    """Group mean first: lr1e-4 (0.50 + 0.20) / 2 = 0.35, lr2e-4 (0.40 + 0.35) / 2 = 0.375,
+    lr5e-4 (0.60 + 0.05) / 2 = 0.325 -> mrl (2e-4). Without the grouping lr5e-4's 0.60 would
+    win either: means over the three datasets would be 0.30, 0.367, 0.233."""
+    out = select("lr_audit", CANDS, validation(SCORES), ["a", "cq1", "cq2"], 2027, GROUPS, "dive")
+    means = [c["mean"] for c in out["methods"]["mrl"]["candidates"]]
+    assert means == pytest.approx([0.35, 0.375, 0.325])
+    assert out["methods"]["mrl"]["pick"] == {"method": "mrl", "overrides": {"lr": 2e-4}, "mean": pytest.approx(0.375)}
+    assert out["reference"]["mean"] == pytest.approx((0.70 + 0.45) / 2)
+
+
+def test_changing_one_validation_score_changes_the_pick():
+    scores = dict(SCORES)
+    scores[("mrl-lr5e-04", "cq2")] = 0.45  # lr5e-4: (0.60 + 0.25) / 2 = 0.425 > 0.375
+    out = select("lr_audit", CANDS, validation(scores), ["a", "cq1", "cq2"], 2027, GROUPS)
+    assert out["methods"]["mrl"]["pick"]["overrides"] == {"lr": 5e-4}
+
+
+def test_select_ties_go_to_the_earlier_candidate_and_test_results_are_refused():
+    flat = {(m, "a"): 0.5 for m, _ in CANDS["mrl"]}
+    out = select("lr_audit", CANDS, validation(flat), ["a"], 2027)
+    assert out["methods"]["mrl"]["pick"]["method"] == "mrl-lr1e-04"
+    leak = validation(flat) + [result("mrl", "a", 0.9, stage="final")]
+    with pytest.raises(ValueError, match="only validation results may select"):
+        select("lr_audit", CANDS, leak, ["a"], 2027)
+    with pytest.raises(ValueError, match="no validation result for mrl-lr1e-04 on b"):
+        select("lr_audit", CANDS, validation(flat), ["a", "b"], 2027)
+
+
+
+def test_dataset_mean_averages_a_group_first():
+    assert report.dataset_mean({"a": 0.6, "cq1": 0.2, "cq2": 0.4}, GROUPS) == pytest.approx(0.45)
+    assert report.dataset_mean({"a": 0.6, "cq1": 0.2, "cq2": 0.4}, {}) == pytest.approx(0.4)
+
+
+
+
+def test_apply_selection_overrides_the_configured_values():
+    hp, over = apply_selection({"lr": 2e-4, "alpha": 1.0}, {"methods": {"mrl": {"pick": {"overrides": {"lr": 5e-4}}}}},
+                               "lr_audit/mrl")
+    assert hp == {"lr": 5e-4, "alpha": 1.0} and over == {"lr": 5e-4}
