@@ -33,6 +33,19 @@ def shared_beir_dir() -> Path:
     return Path(env) if env else (REPO.parent / "shared" / "data" / "beir").resolve()
 
 
+@pytest.fixture
+def shared_scifact() -> Path:
+    """The official BEIR SciFact in a local BEIR directory; the test skips, naming what it needs
+    and where it looked, if there is none (CI has one: .ci/run sets BEIR_DATA_DIR)."""
+    root = shared_beir_dir() / "scifact"
+    if not root.is_dir():
+        env = os.environ.get("BEIR_DATA_DIR")
+        pytest.skip(f"needs the official BEIR SciFact (scifact/ with corpus.jsonl[.gz], queries.jsonl, qrels/); "
+                    f"looked in {root} (" + (f"BEIR_DATA_DIR={env}" if env else
+                                              "BEIR_DATA_DIR unset: the shared copy beside the repository") + ")")
+    return root
+
+
 @pytest.fixture(scope="session")
 def generated_beir(tmp_path_factory) -> Path:
     """A local BEIR directory with the generated collection at ``_generated/generated-tiny``."""
