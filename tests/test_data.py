@@ -512,15 +512,8 @@ def test_load_staged_detects_change_after_staging(tmp_path):
 # --------------------------------------------------------------------------- shared SciFact
 
 
-def _shared_beir() -> Path:
-    env = os.environ.get("BEIR_DATA_DIR")
-    return Path(env) if env else (REPO / ".." / "shared" / "data" / "beir").resolve()
-
-
-def test_shared_scifact_fingerprint_matches_official():
-    root = _shared_beir() / "scifact"
-    if not root.is_dir():
-        pytest.skip(f"no local SciFact copy at {root} (set BEIR_DATA_DIR to a BEIR directory)")
+def test_shared_scifact_fingerprint_matches_official(shared_scifact):
+    root = shared_scifact
     registry = yaml.safe_load((REPO / "config" / "datasets.yaml").read_text())
     known = registry["scifact"]["files"]
     assert set(known) == {"corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv"}

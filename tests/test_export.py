@@ -59,11 +59,21 @@ def test_refuses_foreign_and_tampered_folders(tmp_path, problem):
 
     state = load_file(str(tmp_path / "d" / "model.safetensors"))
     name = next(iter(state))
-    state[name] = state[name] + 1.0
-    save_file(state, str(tmp_path / "d" / "model.safetensors"))
+    save_file({**state, name: state[name] + 1.0}, str(tmp_path / "d" / "model.safetensors"))
     with pytest.raises(ValueError, match="do not match the recorded state_sha256"):
         load_compressor(tmp_path / "d")
-    assert m.k == problem.k
+    # the same folder with its own weights back loads again: the refusal was about the bytes
+    save_file(state, str(tmp_path / "d" / "model.safetensors"))
+    assert np.array_equal(load_compressor(tmp_path / "d").compress(problem.docs), d.compress(problem.docs))
+    # a compressor without learned state (truncate): its dimensions come from config.json alone
+    save_compressor(m, tmp_path / "t")
+    config = json.loads((tmp_path / "t" / "config.json").read_text(encoding="utf-8"))
+    assert (config["format"], config["type"], config["d"], config["k"]) == ("dive-compressor/1", "truncate",
+                                                                             problem.d, problem.k)
+    back = load_compressor(tmp_path / "t")
+    assert (back.d, back.k) == (problem.d, problem.k)
+    out = back.compress(problem.docs)
+    assert out.shape == (len(problem.docs), problem.k) and np.array_equal(out, m.compress(problem.docs))
 
 
 def test_export_for_a_backbone_without_a_sentence_transformers_folder(tmp_path, problem):

@@ -63,6 +63,15 @@ def test_pca_fits_corpus_subspace(problem):
     # components orthonormal; the projection of the centred corpus matches numpy's SVD subspace
     c = m.components.double()
     assert torch.allclose(c.T @ c, torch.eye(problem.k, dtype=torch.float64), atol=1e-5)
+    x = problem.docs.astype(np.float64)
+    centred = x - x.mean(0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    v = vt[: problem.k].T  # the top-k right singular vectors
+    np.testing.assert_allclose(m.mean.numpy(), x.mean(0), atol=1e-6)
+    np.testing.assert_allclose(c.numpy() @ c.numpy().T, v @ v.T, atol=1e-4)  # the same subspace
+    ref = centred @ v
+    ref *= np.sign((ref * (centred @ c.numpy())).sum(0))  # each component's sign is arbitrary
+    np.testing.assert_allclose(out, ref / np.linalg.norm(ref, axis=1, keepdims=True), atol=1e-4)
 
 
 def test_dive_identity_at_init_equals_truncate(problem):
@@ -100,15 +109,61 @@ def test_dive_loss_weights(problem):
     assert out2["triplet"].item() == pytest.approx(out["triplet"].item(), rel=1e-6)
 
 
+def _init_terms(problem, idx, hp):
+    """DIVE's three loss terms at initialisation, by hand: the adapter is then the identity, so
+    head h of an embedding x is normalise(x[(h-1)k : hk])."""
+    import math
+
+    from test_losses import ntxent_by_hand
+
+    k, H = problem.k, int(hp["heads"])
+    heads = [torch.nn.functional.normalize(x.double()[:, :k * H].reshape(len(x), H, k), dim=-1)
+             for x in problem.train.triplet_batch(idx)[:3]]
+    q1, p1, n1 = (h[:, 0] for h in heads)
+    gap = hp["margin"] - ((q1 * p1).sum(-1) - (q1 * n1).sum(-1))
+    trip = (torch.nn.functional.softplus(gap) if hp["triplet_loss"] == "softplus" else gap.clamp_min(0)).mean()
+    view = sum(ntxent_by_hand(h.tolist(), hp["tau"]) for h in heads) / 3 if H > 1 else 0.0
+    student, teacher = torch.cat([q1, p1, n1]), torch.cat(problem.train.triplet_batch(idx)[:3]).double()
+    off = ~torch.eye(len(student), dtype=torch.bool)
+    diff = (student @ student.T - teacher @ teacher.T)[off].abs()
+    geo = torch.where(diff < 1, 0.5 * diff ** 2, diff - 0.5).mean()
+    assert not math.isnan(float(view))
+    return {"triplet": float(trip), "view": hp["lambda_view"] * float(view), "geo": hp["gamma_geo"] * float(geo)}
+
+
 @pytest.mark.parametrize("variant", [{"triplet_loss": "softplus"}, {"lambda_view": 0.0},
-                                     {"gamma_geo": 0.0}, {"heads": 2}])
+                                     {"gamma_geo": 0.0}, {"heads": 2}],
+                         ids=["softplus", "no-view", "no-geo", "heads2"])
 def test_dive_ablations_train(problem, variant):
-    m = new_method("dive", problem.d, problem.k, {**DIVE_HP, **variant, "epochs": 2}, 0)
+    """Each ablation changes exactly its own term: at initialisation every weighted term equals
+    its hand computation (softplus instead of the hinge; no view or geometry term; NT-Xent over 2
+    heads of k coordinates) and the others equal the full DIVE's; then it trains."""
+    hp = {**DIVE_HP, **variant, "epochs": 2}
+    m = new_method("dive", problem.d, problem.k, hp, 0)
+    full = new_method("dive", problem.d, problem.k, {**DIVE_HP, "epochs": 2}, 0)
+    idx = torch.arange(16)
+    out, ref = m.batch_loss(problem.train, idx), full.batch_loss(problem.train, idx)
+    want = _init_terms(problem, idx, hp)
+    for term in ("triplet", "view", "geo"):
+        assert out[term].item() == pytest.approx(want[term], rel=1e-5, abs=1e-9), term
+    assert out["loss"].item() == pytest.approx(sum(want.values()), rel=1e-5)
+    changed = {"triplet_loss": "triplet", "lambda_view": "view", "gamma_geo": "geo", "heads": "view"}[next(iter(variant))]
+    for term in ("triplet", "view", "geo"):
+        same = out[term].item() == pytest.approx(ref[term].item(), rel=1e-6)
+        assert same == (term != changed), (term, out[term].item(), ref[term].item())
+    if "triplet_loss" in variant:  # softplus(x) > max(0, x): the always-active loss is larger
+        assert out["triplet"].item() > ref["triplet"].item()
+    if "heads" in variant:  # 2 heads: only the first 2k coordinates enter the loss
+        assert int(m.hp["heads"]) == 2 and 2 * problem.k <= problem.d
     log = fit(m, problem)
-    if variant.get("lambda_view") == 0.0:
-        assert all(r["view"] == 0.0 for r in log.rows)
-    if variant.get("gamma_geo") == 0.0:
-        assert all(r["geo"] == 0.0 for r in log.rows)
+    assert [r["epoch"] for r in log.rows] == [1, 2]
+    for r in log.rows:
+        assert r["total"] == pytest.approx(r["triplet"] + r["view"] + r["geo"], rel=1e-5)
+        assert (r["view"] == 0.0) == (variant.get("lambda_view") == 0.0)
+        assert (r["geo"] == 0.0) == (variant.get("gamma_geo") == 0.0)
+        assert 0.0 <= r["rho"] <= 1.0
+    trunc = new_method("truncate", problem.d, problem.k, {}, 0)
+    assert not np.allclose(m.compress(problem.docs), trunc.compress(problem.docs), atol=1e-4)  # it trained
 
 
 def test_dive_rejects_too_many_heads(problem):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
-import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -13,15 +13,21 @@ import pytest
 from dive_core.metrics import METRICS, evaluate, mean_metrics
 from dive_core.retrieval import search
 
-REPO = Path(__file__).resolve().parents[1]
-TREC = Path(os.environ.get("TREC_EVAL_TEST_DIR", REPO / ".." / "shared" / "data" / "trec_eval")).resolve()
+# trec_eval's own test files, shipped with the repository (source and licence in its README.md)
+TREC = Path(__file__).resolve().parent / "data" / "trec_eval"
+TREC_SHA256 = {
+    "qrels.test": "6c44a070a10bfb14b123cadc597227fc63c1acec109bc6d1e5a6bc4763906698",
+    "results.test": "69019319f6cb9ce861b4ad08d90898170d3d2b27da580fb3cba59e557ff2fd20",
+    "results.trunc": "4a85d6b7b21b69b59728fa0aa7452199640f70d96529b86d0cca8f9c9292e438",
+    "qrels.rel_level": "4430ec2026fcb964851e03bd73df21daf27e7ef4783d20ad63634182bc9df843",
+    "out.test": "eec0abb32bfb99fa78d239a3440b2c6cb01b06dead7e2338fd75b5c280d9eba0",
+    "out.test.a": "8fd8f08c0b5c9064dc955263dc98ceed34b6d7421ebef363be0043256ccb1d68",
+    "out.test.aq": "6e884d1ab060f5cede2e85490fb1f62e6ca664b8da99e7a8dfffeedefe9433eb",
+    "out.test.aqc": "43b10538ec11570b8e1d5c12d616aff91bac7c2e1d7efb8b67388dee609eceb0",
+    "out.test.aql": "8aaf42d1f0261a8e3f5fa0de2be7a8c46df719617565a3667482eaced620ff91",
+}
 
 OURS = {"ndcg_cut_10": "ndcg@10", "recall_10": "recall@10", "recall_100": "recall@100"}
-
-
-def _need_trec():
-    if not (TREC / "qrels.test").is_file():
-        pytest.skip(f"trec_eval test files not found at {TREC}")
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
@@ -37,7 +43,7 @@ def read_run(path: Path) -> dict[str, dict[str, float]]:
     run: dict[str, dict[str, float]] = defaultdict(dict)
     for line in path.read_text().splitlines():
         if line.strip():
-            q, _, d, _rank, score, _tag = line.split()
+            q, _, d, _rank, score, _tag, *_junk = line.split()  # trec_eval ignores text after the tag
             assert d not in run[q]
             run[q][d] = float(score)
     return dict(run)
@@ -55,13 +61,18 @@ def read_out(path: Path) -> dict[tuple[str, str], str]:
 
 @pytest.fixture(scope="module")
 def trec():
-    _need_trec()
     qrels, run = read_qrels(TREC / "qrels.test"), read_run(TREC / "results.test")
     return qrels, run, evaluate(qrels, run)
 
 
+def test_shipped_trec_eval_files_are_the_upstream_ones():
+    """Byte-identical to trec_eval's test/ directory (tests/data/trec_eval/README.md): no line
+    ending or whitespace change slipped in when they were copied or checked out."""
+    got = {f: hashlib.sha256((TREC / f).read_bytes()).hexdigest() for f in TREC_SHA256}
+    assert got == TREC_SHA256
+
+
 def test_trec_eval_files_look_as_documented():
-    _need_trec()
     qrels, run = read_qrels(TREC / "qrels.test"), read_run(TREC / "results.test")
     assert sorted(qrels) == sorted(run) == ["301", "302", "303"]
     assert [len(run[q]) for q in ("301", "302", "303")] == [500, 500, 500]
@@ -85,6 +96,22 @@ def test_mean_matches_out_test_a(trec, measure):
         out = read_out(TREC / name)
         assert out[("num_q", "all")] == "3"
         assert f"{mean[OURS[measure]]:.4f}" == out[(measure, "all")], (name, measure)
+
+
+@pytest.mark.parametrize("measure", sorted(OURS))
+def test_truncated_run_matches_out_test_aqc(measure):
+    """`trec_eval -c -q qrels.test results.trunc`: results.trunc has no line for query 302, which
+    trec_eval (-c) averages in as 0 over all judged queries, as mean_metrics does with evaluate's
+    zero row for a query without results."""
+    qrels, run = read_qrels(TREC / "qrels.test"), read_run(TREC / "results.trunc")
+    assert sorted(run) == ["301", "303"]
+    per_query = evaluate(qrels, run)
+    out = read_out(TREC / "out.test.aqc")
+    for q in ("301", "303"):
+        assert f"{per_query[q][OURS[measure]]:.4f}" == out[(measure, q)], (measure, q)
+    assert per_query["302"][OURS[measure]] == 0.0 and (measure, "302") not in out
+    assert out[("num_q", "all")] == "3"
+    assert f"{mean_metrics(per_query)[OURS[measure]]:.4f}" == out[(measure, "all")]
 
 
 def test_readme_ndcg_figures(trec):

@@ -97,3 +97,12 @@ def test_grouped_bars_write_png(tmp_path):
     ctx = shared.StudyContext(name="t", title="title", methods=["frozen", "pca", "dive"], datasets=["ds"])
     shared.grouped_bars(out, keyed, ctx, ["bb"])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # read back: the bars are there in their colours (pca orange, dive pink, frozen's light grey)
+    import matplotlib.image as mpimg
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
+    img = mpimg.imread(out)[..., :3]
+    assert img.shape[1] > img.shape[0] > 300, img.shape
+    for color in (studies.METHOD_COLORS["pca"], studies.METHOD_COLORS["dive"], "0.85"):
+        assert np.isclose(img, to_rgb(color), atol=0.02).all(-1).sum() > 5000, color  # bars, not a legend patch (~250 px)

@@ -19,9 +19,15 @@ def test_job_resources_hand_computed():
     # embed adds the backbone's own memory: configured, else the family default
     assert resources.job_resources("embed", 10, 0, {"family": "llm2vec", "mem_mb": 32000})["mem_mb"] == 1500 + 32000 + 80
     assert resources.job_resources("embed", 10, 0, {"family": "sentence_transformers"})["mem_mb"] == 1500 + 2000 + 80
-    # evaluate: one float32 copy of the corpus matrix and what its search needs, <= 2.5x
-    fixed, per_text, per_matrix, _, _ = resources.JOB_RESOURCES["evaluate"]
-    assert per_matrix == 2.5
+    # evaluate reading 10 MB of text (split) and 400 MB of matrices (embeddings + checkpoint): the
+    # corpus copy and what its search needs, 2.5x the matrices: 2000 + 3 * 10 + 2.5 * 400 = 3030 MB;
+    # 30 + 60 * 410 / 1024 = 54.02 -> 55 minutes; a retry: 4545 MB, 81.03 -> 82 minutes
+    assert resources.job_resources("evaluate", 10, 400) == {"mem_mb": 3030, "runtime": 55}
+    assert resources.job_resources("evaluate", 10, 400, attempt=2) == {"mem_mb": 4545, "runtime": 82}
+    # efficiency/frontier measure several indexes of one 1 GiB corpus: 2000 + 3.5 * 1024 = 5584 MB;
+    # 60 + 120 * 1024 / 1024 = 180 minutes. Tables and selection: 1000 + 2 * 0.5 = 1001 MB, 10 + 0.005 -> 11
+    assert resources.job_resources("measure", 0, 1024) == {"mem_mb": 5584, "runtime": 180}
+    assert resources.job_resources("small", 0.5, 3) == {"mem_mb": 1001, "runtime": 11}
     with pytest.raises(ValueError, match="unknown job kind 'gpu'"):
         resources.job_resources("gpu", 1)
 

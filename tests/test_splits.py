@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 from pathlib import Path
 
@@ -11,8 +10,6 @@ import pytest
 
 from dive_core import splits
 from dive_core.data import BeirDataset, load_beir
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def ids(n: int) -> list[str]:
@@ -171,16 +168,8 @@ def test_manifest_from_files(tmp_path):
     assert m["qrels"][q1_role]["q1"] == {"d0": 1, "d1": 0}
 
 
-def _shared_beir() -> Path:
-    env = os.environ.get("BEIR_DATA_DIR")
-    return Path(env) if env else (REPO / ".." / "shared" / "data" / "beir").resolve()
-
-
-def test_shared_scifact_sanity_counts():
-    root = _shared_beir() / "scifact"
-    if not root.is_dir():
-        pytest.skip(f"no local SciFact copy at {root} (set BEIR_DATA_DIR to a BEIR directory)")
-    m = splits.make_manifest(load_beir(root), "scifact", 2027)
+def test_shared_scifact_sanity_counts(shared_scifact):
+    m = splits.make_manifest(load_beir(shared_scifact), "scifact", 2027)
     assert m["counts"] == {"train": 665, "validation": 221, "test": 223}
     assert m["document_overlap"]["test"]["n_seen"] == 163
     assert m["document_overlap"]["test"]["n_queries"] == 223

