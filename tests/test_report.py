@@ -104,5 +104,5 @@ def test_grouped_bars_write_png(tmp_path):
 
     img = mpimg.imread(out)[..., :3]
     assert img.shape[1] > img.shape[0] > 300, img.shape
-    for color in (studies.METHOD_COLORS["pca"], studies.METHOD_COLORS["dive"], "0.85"):
+    for color in (shared.METHOD_COLORS["pca"], shared.METHOD_COLORS["dive"], "0.85"):
         assert np.isclose(img, to_rgb(color), atol=0.02).all(-1).sum() > 5000, color  # bars, not a legend patch (~250 px)
