@@ -35,9 +35,18 @@ from . import records
 from .atomic import atomic_open
 from .methods import Method, method_class
 
-FORMAT = "dive-compressor/1"
+FORMAT = "dive-compressor/2"  # /1 had no config_sha256
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
+DEFINING = ("format", "type", "d", "k", "seed", "hparams", "state_sha256")  # what config_sha256 covers
+
+
+def config_sha256(config: Mapping[str, Any]) -> str:
+    """sha256 of what defines the compressor in ``config.json`` (not its provenance): a hand-edited
+    k, d, type or hyperparameter is refused, also for a compressor without weights (truncate)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps({k: config[k] for k in DEFINING}, sort_keys=True).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- compressor alone
@@ -53,6 +62,7 @@ def save_compressor(method: Method, out_dir: str | Path, provenance: Mapping[str
     config = {"format": FORMAT, "type": method.type, "d": method.d, "k": method.k, "seed": method.seed,
               "hparams": dict(method.hp), "state_sha256": method.state_sha256(),
               "provenance": dict(provenance or {})}
+    config["config_sha256"] = config_sha256(config)
     with atomic_open(out / CONFIG, "w", encoding="utf-8") as fh:
         json.dump(config, fh, indent=2, sort_keys=True, default=str)
     return out
@@ -80,6 +90,9 @@ def load_compressor(path: str | Path, device: str = "cpu") -> Method:
         raise FileNotFoundError(f"{p}: no {FORMAT} compressor here (expected {CONFIG} with format {FORMAT!r} "
                                 f"in it or in {p / 'compressor'})")
     p = found
+    if config.get("config_sha256") != config_sha256(config):
+        raise ValueError(f"{p / CONFIG}: its type, dimensions or hyperparameters do not match the recorded "
+                         "config_sha256 (edited by hand?); export the checkpoint again")
     m = method_class(config["type"])(int(config["d"]), int(config["k"]), config["hparams"], int(config["seed"]),
                                      device)
     m.load_state_dict(load_file(str(p / WEIGHTS), device=device))

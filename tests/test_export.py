@@ -48,10 +48,10 @@ def test_round_trip_every_method_type(tmp_path, problem, mtype):
 
 def test_refuses_foreign_and_tampered_folders(tmp_path, problem):
     m = new_method("truncate", problem.d, problem.k, {}, seed=0)
-    with pytest.raises(FileNotFoundError, match="no dive-compressor/1 compressor"):
+    with pytest.raises(FileNotFoundError, match="no dive-compressor/2 compressor"):
         load_compressor(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))  # a transformers folder
-    with pytest.raises(FileNotFoundError, match="no dive-compressor/1"):
+    with pytest.raises(FileNotFoundError, match="no dive-compressor/2"):
         load_compressor(tmp_path)
     d = new_method("dive", problem.d, problem.k, configured("dive"), seed=0)
     save_compressor(d, tmp_path / "d")
@@ -68,12 +68,16 @@ def test_refuses_foreign_and_tampered_folders(tmp_path, problem):
     # a compressor without learned state (truncate): its dimensions come from config.json alone
     save_compressor(m, tmp_path / "t")
     config = json.loads((tmp_path / "t" / "config.json").read_text(encoding="utf-8"))
-    assert (config["format"], config["type"], config["d"], config["k"]) == ("dive-compressor/1", "truncate",
+    assert (config["format"], config["type"], config["d"], config["k"]) == ("dive-compressor/2", "truncate",
                                                                              problem.d, problem.k)
     back = load_compressor(tmp_path / "t")
     assert (back.d, back.k) == (problem.d, problem.k)
     out = back.compress(problem.docs)
     assert out.shape == (len(problem.docs), problem.k) and np.array_equal(out, m.compress(problem.docs))
+    # a hand-edited k would load silently as another compressor (no weights to disagree): refused
+    (tmp_path / "t" / "config.json").write_text(json.dumps({**config, "k": problem.k - 1}), encoding="utf-8")
+    with pytest.raises(ValueError, match="do not match the recorded config_sha256"):
+        load_compressor(tmp_path / "t")
 
 
 def test_export_for_a_backbone_without_a_sentence_transformers_folder(tmp_path, problem):
