@@ -32,8 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dive_core import config as dcfg
-from dive_core import plan, records
-from dive_core import provenance, splits
+from dive_core import plan, provenance, records, splits
 from dive_core.provenance import cpu_model
 from dive_core.embeddings import read_embeddings
 from dive_core.methods import new_method
