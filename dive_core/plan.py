@@ -356,11 +356,8 @@ def check_method(config: Mapping, mname: str, d: int, k: int, where: str) -> Non
     type and range (a value given on the command line as a string, such as heads: '7', is
     refused, not multiplied), DIVE's k*H <= d. Errors name the key."""
     hp = method_hparams(config, mname)
-    s = spec(method_type(config, mname))
     try:
-        if not 1 <= k <= d:
-            raise ValueError(f"output dimension k={k} must be in [1, d={d}]")
-        s.check(d, k, hp)
+        spec(method_type(config, mname)).validate(d, k, hp)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"config: methods.{mname} ({where}, d = {d}, k = {k}): {exc}") from None
 

@@ -30,11 +30,10 @@ from typing import Any, Mapping
 from .atomic import read_json, write_json
 
 VERSIONS = {
-    "source": 1, "splits": 1, "embeddings": 1, "triplets": 1, "checkpoint": 2, "result": 1, "selection": 1,
+    "source": 1, "splits": 1, "embeddings": 1, "triplets": 1, "checkpoint": 1, "result": 1, "selection": 1,
     "efficiency": 1, "frontier": 1,
-}
+}  # checkpoints written before this module were tagged dive-pipeline-checkpoint/1: refused like any other
 FORMATS = {kind: f"dive-pipeline/{kind}/{v}" for kind, v in VERSIONS.items()}
-FORMATS["checkpoint"] = "dive-pipeline-checkpoint/2"  # /1: checkpoints before the records had versions
 
 RULES = {
     "source": "stage_beir", "splits": "make_splits", "embeddings": "embed", "triplets": "triplets",

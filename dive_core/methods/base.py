@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from .. import records
 from ..atomic import atomic_path
-from .specs import SPECS
 from ..training import FitData, TrainLog, run_epochs, set_seed
+from .specs import SPECS
 
 METHODS: dict[str, type["Method"]] = {}
 
@@ -84,9 +84,7 @@ class Method:
         unknown = [h for h in hparams if h not in self.hyperparameters]
         if missing or unknown:
             raise ValueError(f"method {self.type!r}: missing hyperparameters {missing}, unknown {unknown}")
-        if not 1 <= k <= d:
-            raise ValueError(f"method {self.type!r}: output dimension k={k} must be in [1, d={d}]")
-        SPECS[self.type].check(d, k, hparams)
+        SPECS[self.type].validate(d, k, hparams)
         self.d, self.k, self.hp, self.seed, self.device = d, k, hparams, seed, device
         self.meta: dict[str, Any] = {}  # provenance stored with / read from a checkpoint
         self.build()
@@ -185,7 +183,6 @@ class TorchMethod(Method):
     """A method whose parameters live in ``self.net`` (an ``nn.Module``) and that trains with
     the shared loop over triplet mini-batches; subclasses define ``build`` and ``batch_loss``."""
 
-    supervised = True
     net: torch.nn.Module
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -155,6 +155,13 @@ class MethodSpec:
     #: ``check(d, k, hp)`` raises ValueError naming the key for a wrong value (hp: every name given).
     check: Callable[[int, int, Mapping[str, Any]], None] = _no_checks
 
+    def validate(self, d: int, k: int, hp: Mapping[str, Any]) -> None:
+        """What every method of this type must satisfy before anything is built: ``1 <= k <= d``,
+        then :attr:`check` (used by ``Method.__init__`` and by the plan's checks alike)."""
+        if not 1 <= k <= d:
+            raise ValueError(f"method {self.type!r}: output dimension k={k} must be in [1, d={d}]")
+        self.check(d, k, hp)
+
 
 SPECS: dict[str, MethodSpec] = {s.type: s for s in (
     MethodSpec("frozen", False, (), _frozen),

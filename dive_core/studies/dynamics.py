@@ -56,7 +56,7 @@ def dynamics_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
             for _, log in seeds:
                 left.plot(ep, [e["rho"] for e in log[:n]], color=c, alpha=0.25, linewidth=0.8)
             left.plot(ep, [sum(log[t]["rho"] for _, log in seeds) / len(seeds) for t in range(n)], color=c,
-                      linewidth=2, label=f"{label} (mean of {len(seeds)} seeds)")
+                      linewidth=2, label=f"{label} (mean of {len(seeds)} seed{'s' if len(seeds) != 1 else ''})")
             for term in DIVE_TERMS:
                 if term in seeds[0][1][0]:
                     right.plot(ep, [sum(log[t][term] for _, log in seeds) / len(seeds) for t in range(n)],
