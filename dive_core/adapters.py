@@ -25,8 +25,15 @@ class ResidualMLP(nn.Module):
         nn.init.zeros_(self.down.weight)
         nn.init.zeros_(self.down.bias)
 
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return z + self.down(F.relu(self.up(z)))
+    def forward(self, z: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        """``f(z)``, or only its first ``width`` coordinates ``f(z)[:, :width]``: a loss that
+        reads no further (DIVE's heads) skips the rest of the down-projection, forward and
+        backward. The output is the same; the skipped rows of ``W2``/``b2`` get no gradient,
+        exactly as when their outputs are computed and unused."""
+        hidden = F.relu(self.up(z))
+        if width is None or width >= self.dim:
+            return z + self.down(hidden)
+        return z[..., :width] + F.linear(hidden, self.down.weight[:width], self.down.bias[:width])
 
 
 def split_heads(z: torch.Tensor, k: int, heads: int) -> torch.Tensor:

@@ -56,7 +56,14 @@ class MultiPositiveNTXent(nn.Module):
         l(i,h) = -(1/(H-1)) sum_{h' != h} log( exp(s(ih,ih')/tau) / sum_{(j,g) in A(i,h)} exp(s(ih,jg)/tau) )
         L_con  = (1/(B H)) sum_i sum_h l(i,h)
 
-    Input: heads of shape (B, H, k), each row L2-normalised. Needs H >= 2.
+    Input: heads of shape (B, H, k), each row L2-normalised; or (G, B, H, k), G independent sets
+    of the same size, giving the mean of their G losses in one batched pass (DIVE's Q, P and N).
+    Needs H >= 2.
+
+    Computed as ``l(i,h) = LSE_{(j,g) in A(i,h)} s(ih,jg)/tau - (1/(H-1)) sum_{h'!=h} s(ih,ih')/tau``
+    (the log-softmax written out): one (BH x BH) similarity matrix per set with the self-pair
+    masked by an additive -inf (fused into the product), and the positive sum from the per-sample
+    sum of heads, ``z^[h] . (sum_g z^[g] - z^[h])``; no (BH x BH) masks are built or applied.
     """
 
     def __init__(self, tau: float = 0.1):
@@ -64,17 +71,30 @@ class MultiPositiveNTXent(nn.Module):
         self.tau = tau
 
     def forward(self, heads: torch.Tensor) -> torch.Tensor:
-        b, h, _ = heads.shape
+        sets = heads if heads.dim() == 4 else heads.unsqueeze(0)
+        g, b, h, k = sets.shape
         if h < 2:
             raise ValueError("NT-Xent over heads needs at least 2 heads")
-        flat = heads.reshape(b * h, -1)
-        sim = flat @ flat.T / self.tau
-        eye = torch.eye(b * h, dtype=torch.bool, device=heads.device)
-        log_prob = torch.log_softmax(sim.masked_fill(eye, float("-inf")), dim=1)
-        sample = torch.arange(b, device=heads.device).repeat_interleave(h)
-        positive = (sample[:, None] == sample[None, :]) & ~eye
-        per_anchor = -(log_prob.masked_fill(~positive, 0.0).sum(1)) / (h - 1)
+        flat = sets.reshape(g, b * h, k)
+        sim = torch.baddbmm(_self_mask(b * h, flat.dtype, flat.device), flat, flat.transpose(1, 2),
+                            alpha=1.0 / self.tau)
+        positives = (sets * (sets.sum(2, keepdim=True) - sets)).sum(-1).reshape(g, b * h)
+        per_anchor = torch.logsumexp(sim, dim=-1) - positives / (self.tau * (h - 1))
         return per_anchor.mean()
+
+
+_SELF_MASKS: dict = {}
+
+
+def _self_mask(n: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """(n, n) additive mask: -inf on the diagonal, 0 elsewhere (cached: one per size)."""
+    key = (n, dtype, str(device))
+    if key not in _SELF_MASKS:
+        if len(_SELF_MASKS) > 16:
+            _SELF_MASKS.clear()
+        m = torch.zeros(n, n, dtype=dtype, device=device)
+        _SELF_MASKS[key] = m.fill_diagonal_(float("-inf"))
+    return _SELF_MASKS[key]
 
 
 class GeometryDistillationLoss(nn.Module):
@@ -95,9 +115,14 @@ class GeometryDistillationLoss(nn.Module):
         n = student.shape[0]
         if n < 2:
             return student.sum() * 0.0
-        off = ~torch.eye(n, dtype=torch.bool, device=student.device)
-        gs, gt = student @ student.T, teacher @ teacher.T
-        return F.smooth_l1_loss(gs[off], gt[off], beta=self.beta)
+        gs = student @ student.T
+        with torch.no_grad():
+            gt = teacher @ teacher.T
+        # the off-diagonal sum = the full sum minus the diagonal's (no boolean gather, whose
+        # backward is a scatter): value and gradient equal those of the masked form
+        total = F.smooth_l1_loss(gs, gt, beta=self.beta, reduction="sum")
+        diagonal = F.smooth_l1_loss(gs.diagonal(), gt.diagonal(), beta=self.beta, reduction="sum")
+        return (total - diagonal) / (n * (n - 1))
 
 
 # ---- baseline losses: Matryoshka-Adaptor, Search-Adaptor, autoencoder ----

@@ -30,9 +30,10 @@ from typing import Any, Mapping
 from .atomic import read_json, write_json
 
 VERSIONS = {
-    "source": 1, "splits": 1, "embeddings": 1, "triplets": 1, "checkpoint": 1, "result": 1, "selection": 1,
+    "source": 1, "splits": 1, "embeddings": 1, "triplets": 1, "checkpoint": 2, "result": 2, "selection": 1,
     "efficiency": 1, "frontier": 1,
 }  # checkpoints written before this module were tagged dive-pipeline-checkpoint/1: refused like any other
+# checkpoint/2, result/2: the training precision (fp32 | bf16) in the checkpoint meta and the result
 FORMATS = {kind: f"dive-pipeline/{kind}/{v}" for kind, v in VERSIONS.items()}
 
 RULES = {
@@ -58,9 +59,9 @@ FIELDS = {
     "frontier": ("dataset", "backbone", "n_queries", "rows", "versions", "runtime"),
 }
 # What the training job stores in a checkpoint's ``meta`` (and evaluate copies into the result).
-CHECKPOINT_META = ("dataset", "backbone", "method", "method_type", "stage", "k", "seed", "device", "negatives",
-                   "n_triplets", "n_train_queries", "selected", "train_seconds", "final_epoch", "fingerprints",
-                   "versions", "runtime")
+CHECKPOINT_META = ("dataset", "backbone", "method", "method_type", "stage", "k", "seed", "device", "precision",
+                   "negatives", "n_triplets", "n_train_queries", "selected", "train_seconds", "final_epoch",
+                   "fingerprints", "versions", "runtime")
 
 
 class RecordError(ValueError):
@@ -141,8 +142,8 @@ def result(*, run: Mapping[str, Any], method: Any, summary: Mapping[str, Any], c
         "fingerprints": {**meta["fingerprints"], "checkpoint_sha256": checkpoint_sha256,
                          "weights_sha256": method.state_sha256(), "per_query_sha256": per_query_sha256},
         "timings": {"train_seconds": meta["train_seconds"], **summary["timings"]},
-        "training": {"final_epoch": meta["final_epoch"], "device": meta["device"], "runtime": meta["runtime"],
-                     "versions": meta["versions"]},
+        "training": {"final_epoch": meta["final_epoch"], "device": meta["device"], "precision": meta["precision"],
+                     "runtime": meta["runtime"], "versions": meta["versions"]},
         "versions": dict(versions),
         "runtime": dict(runtime),
     })

@@ -85,6 +85,21 @@ class TrainLog:
         return float(sum(r.get("seconds", 0.0) for r in self.rows))
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def precision_context(precision: str, device: torch.device | str = "cpu"):
+    """The context a training forward pass runs in: nothing for ``fp32``, bfloat16 autocast on
+    the device's type for ``bf16``."""
+    import contextlib
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"training precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
 def run_epochs(
     params: Iterable[torch.nn.Parameter],
     batch_loss: Callable[[torch.Tensor], Mapping[str, torch.Tensor]],
@@ -101,6 +116,7 @@ def run_epochs(
     progress: bool = True,
     device: torch.device | str = "cpu",
     after_step: Callable[[], None] | None = None,
+    precision: str = "fp32",
 ) -> None:
     """AdamW over shuffled mini-batches of ``range(n_items)`` for ``epochs`` epochs.
 
@@ -111,6 +127,10 @@ def run_epochs(
     other scalars to log (already weighted); every logged value is averaged over the epoch's
     items (batch means weighted by batch size), so ``rho`` is the fraction of the epoch's
     triplets that were active. Shuffling uses its own generator seeded by ``seed``.
+
+    ``precision``: ``fp32``, or ``bf16`` to run ``batch_loss`` under bfloat16 autocast (matrix
+    products in bf16; parameters, gradients and the optimiser stay fp32). AdamW is PyTorch's
+    fused kernel (one pass over each parameter, not a dozen elementwise ops).
     """
     from tqdm import tqdm
 
@@ -120,7 +140,8 @@ def run_epochs(
     groups = [{"params": [p for p in params if not isinstance(p, dict)]}]
     groups += [dict(g, params=list(g["params"])) for g in params if isinstance(g, dict)]
     groups = [dict(g, params=[p for p in g["params"] if p.requires_grad]) for g in groups]
-    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=weight_decay)
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=weight_decay, fused=True)
+    autocast = precision_context(precision, device)
     gen = torch.Generator().manual_seed(int(seed))
     first_epoch = len([r for r in log_.rows]) + 1
     bar = tqdm(range(epochs), desc=desc, unit="epoch", disable=not progress, mininterval=5.0)
@@ -132,7 +153,8 @@ def run_epochs(
         sums: dict[str, torch.Tensor] = {}
         for idx in torch.randperm(n_items, generator=gen).split(batch_size):
             idx = idx.to(device)
-            out = batch_loss(idx)
+            with autocast:
+                out = batch_loss(idx)
             opt.zero_grad(set_to_none=True)
             out["loss"].backward()
             opt.step()

@@ -25,5 +25,6 @@ rule train:
         negatives=lambda wc: plan.method_negatives(config, wc.method),
         selected=lambda wc: config["methods"][wc.method].get("selected"),
         device=config["device"],
+        precision=config["training"]["precision"],
     script:
         "../workflow_scripts/train.py"

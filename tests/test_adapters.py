@@ -60,3 +60,22 @@ def test_heads_exceeding_dimension_are_rejected(k, h, d):
 def test_heads_fitting_exactly_are_accepted():
     check_heads(384, 96, 4)
     check_heads(4096, 128, 8)
+
+
+def test_adapter_first_width_coordinates_equal_the_full_pass_and_leave_the_rest_untouched():
+    """``f(z, width)`` is ``f(z)[:, :width]``; the down-projection rows past ``width`` get no
+    gradient (zeros, as when the full output is computed and its tail unused)."""
+    torch.manual_seed(0)
+    f = ResidualMLP(384, 2048)
+    torch.nn.init.normal_(f.down.weight, std=0.02)
+    z = torch.nn.functional.normalize(torch.randn(384, 384), dim=-1)
+    part = f(z, width=256)
+    assert part.shape == (384, 256)
+    assert torch.allclose(part, f(z)[:, :256], atol=1e-6)
+    part.square().sum().backward()
+    grad_part = f.down.weight.grad.clone()
+    assert torch.count_nonzero(grad_part[256:]) == 0 and torch.count_nonzero(f.down.bias.grad[256:]) == 0
+    f.zero_grad()
+    f(z)[:, :256].square().sum().backward()
+    assert torch.allclose(grad_part, f.down.weight.grad, atol=1e-5)
+    assert torch.equal(f(z, width=384), f(z))

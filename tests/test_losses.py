@@ -126,3 +126,57 @@ def test_geometry_three_items_mean_over_off_diagonal():
 def test_geometry_zero_when_student_preserves_gram():
     tt = torch.nn.functional.normalize(torch.randn(6, 8, dtype=torch.float64), dim=-1)
     assert GeometryDistillationLoss()(tt, tt).item() == 0.0
+
+
+# ---------------------------------------------------------------- the fast forms against the masked ones
+# The loss modules compute NT-Xent as LSE minus the positive sum and the geometry term as the full
+# SmoothL1 sum minus the diagonal's. These references are the plain masked forms of the same
+# equations; value and gradient must agree at the configured values (B = 128, H = 4, k = 64,
+# tau = 0.1; student 3B x k, teacher 3B x 384).
+def ntxent_masked(heads, tau):
+    b, h, _ = heads.shape
+    flat = heads.reshape(b * h, -1)
+    eye = torch.eye(b * h, dtype=torch.bool)
+    logp = torch.log_softmax((flat @ flat.T / tau).masked_fill(eye, float("-inf")), dim=1)
+    owner = torch.arange(b).repeat_interleave(h)
+    pos = (owner[:, None] == owner[None, :]) & ~eye
+    return (-(logp.masked_fill(~pos, 0.0).sum(1)) / (h - 1)).mean()
+
+
+def geometry_masked(s, tt):
+    off = ~torch.eye(s.shape[0], dtype=torch.bool)
+    return torch.nn.functional.smooth_l1_loss((s @ s.T)[off], (tt @ tt.T)[off])
+
+
+def _unit(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.nn.functional.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
+
+
+def test_ntxent_equals_masked_form_value_and_gradient_at_configured_values():
+    sets = _unit(3, 128, 4, 64).requires_grad_(True)
+    fast = MultiPositiveNTXent(0.1)(sets)  # the three sets at once: the mean of their losses
+    fast.backward()
+    ref_sets = sets.detach().clone().requires_grad_(True)
+    ref = sum(ntxent_masked(ref_sets[i], 0.1) for i in range(3)) / 3
+    ref.backward()
+    assert fast.item() == pytest.approx(ref.item(), rel=1e-12)
+    assert torch.allclose(sets.grad, ref_sets.grad, rtol=0, atol=1e-15)
+    one = MultiPositiveNTXent(0.1)(sets.detach()[1])  # a single (B, H, k) set
+    assert one.item() == pytest.approx(ntxent_masked(sets.detach()[1], 0.1).item(), rel=1e-12)
+
+
+def test_geometry_equals_masked_form_value_and_gradient_at_configured_values():
+    s = _unit(384, 64, seed=1).requires_grad_(True)
+    tt = _unit(384, 384, seed=2)
+    fast = GeometryDistillationLoss()(s, tt)
+    fast.backward()
+    s_ref = s.detach().clone().requires_grad_(True)
+    ref = geometry_masked(s_ref, tt)
+    ref.backward()
+    assert fast.item() == pytest.approx(ref.item(), rel=1e-12)
+    assert torch.allclose(s.grad, s_ref.grad, rtol=0, atol=1e-15)
+    # the linear region too: a student far from the teacher
+    s2 = (-tt[:, :64]).clone()
+    s2[:, 0] += 3.0
+    assert GeometryDistillationLoss()(s2, tt).item() == pytest.approx(geometry_masked(s2, tt).item(), rel=1e-12)

@@ -358,3 +358,52 @@ def test_compress_batches_stay_within_their_memory_budget(monkeypatch):
     monkeypatch.setattr(base, "COMPRESS_BATCH_BYTES", 4 * (32 + 8 + 2 * 64) * 300)  # 300 rows' intermediates
     np.testing.assert_allclose(m.compress(docs), whole, rtol=0, atol=1e-6)
     assert seen == [300, 300, 300, 100]
+
+
+def _dive_loss_by_the_equations(f, x, k, H, hp):
+    """DIVE's objective written plainly from SPEC section 3 (full adapter output, boolean masks,
+    three separate NT-Xent terms): the reference the method's fused batch_loss is held to."""
+    import torch.nn.functional as F
+
+    from test_losses import geometry_masked, ntxent_masked
+
+    zt = x + f.down(F.relu(f.up(x)))
+    h = F.normalize(zt[:, : k * H].reshape(-1, H, k), dim=-1)
+    hq, hp_, hn = h.chunk(3)
+    delta = (hq[:, 0] * hp_[:, 0]).sum(-1) - (hq[:, 0] * hn[:, 0]).sum(-1)
+    trip = F.relu(hp["margin"] - delta).mean()
+    view = sum(ntxent_masked(part, hp["tau"]) for part in (hq, hp_, hn)) / 3
+    geo = geometry_masked(h[:, 0], x)
+    return trip + hp["lambda_view"] * view + hp["gamma_geo"] * geo
+
+
+def test_dive_batch_loss_equals_the_equations_in_value_and_gradient_at_configured_values():
+    """d = 384, k = 64, H = 4, r = 2048, B = 128 (config/config.yaml), adapter away from the identity."""
+    torch.set_num_threads(1)
+    prob = make_problem(d=384, k=64, rank=32, n_docs=400, n_train=64, n_neg=2)
+    hp = dict(DIVE_HP, hidden=2048, batch_size=128)
+    m = new_method("dive", 384, 64, hp, 0)
+    f = m.net["adapter"]
+    torch.nn.init.normal_(f.down.weight, std=0.02)
+    idx = torch.arange(128)
+    out = m.batch_loss(prob.train, idx)
+    out["loss"].backward()
+    fast = {n: p.grad.clone() for n, p in f.named_parameters()}
+    f.zero_grad()
+    x = torch.cat(prob.train.triplet_batch(idx)[:3])
+    ref = _dive_loss_by_the_equations(f, x, 64, 4, hp)
+    ref.backward()
+    assert out["loss"].item() == pytest.approx(ref.item(), rel=1e-5)
+    for n, p in f.named_parameters():
+        assert torch.allclose(fast[n], p.grad, rtol=1e-4, atol=1e-8), n
+
+
+def test_dive_training_leaves_the_unread_down_projection_rows_at_zero(problem):
+    """The loss reads only zt[:, :k*H]; rows k*H.. of W2 and b2 stay exactly zero, as they would
+    with the full output computed (zero gradient, zero AdamW update, decay of zero)."""
+    m = new_method("dive", problem.d, problem.k, dict(DIVE_HP, heads=2, epochs=2), 0)
+    fit(m, problem)
+    down = m.net["adapter"].down
+    used = problem.k * 2
+    assert torch.count_nonzero(down.weight[used:]) == 0 and torch.count_nonzero(down.bias[used:]) == 0
+    assert torch.count_nonzero(down.weight[:used]) > 0

@@ -23,7 +23,7 @@ manifest = records.read("splits", inp.splits)
 emb = read_embeddings(inp.embeddings, expected_source=manifest["source_fingerprint"], against=inp.splits)
 train_qids = splits.train_queries(manifest, w.stage)
 data = fit_data(emb, train_qids, inp.get("triplets"), device)
-method = new_method(p.type, emb.dim, int(w.k), hp, int(w.seed), device)
+method = new_method(p.type, emb.dim, int(w.k), hp, int(w.seed), device, p.precision)
 train_log = TrainLog(on_epoch=lambda r: log.info("epoch %s", {k: (round(v, 5) if isinstance(v, float) else v)
                                                               for k, v in r.items()}))
 t0 = time.perf_counter()
@@ -31,7 +31,7 @@ method.fit(data, train_log)
 train_seconds = time.perf_counter() - t0
 meta = records.checkpoint_meta(
     dataset=w.dataset, backbone=w.backbone, method=w.method, method_type=p.type, stage=w.stage, k=int(w.k),
-    seed=int(w.seed), device=device, negatives=p.negatives if "triplets" in inp.keys() else None,
+    seed=int(w.seed), device=device, precision=p.precision, negatives=p.negatives if "triplets" in inp.keys() else None,
     n_triplets=data.n_triplets, n_train_queries=len(train_qids), selected=selected, train_seconds=train_seconds,
     final_epoch=train_log.rows[-1] if train_log.rows else None,
     fingerprints={

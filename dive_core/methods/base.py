@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from .. import records
 from ..atomic import atomic_path
-from ..training import FitData, TrainLog, run_epochs, set_seed
+from ..training import PRECISIONS, FitData, TrainLog, run_epochs, set_seed
 from .specs import SPECS
 
 METHODS: dict[str, type["Method"]] = {}
@@ -78,14 +78,18 @@ class Method:
     supervised: ClassVar[bool] = False
 
     def __init__(self, d: int, k: int, hparams: Mapping[str, Any] | None = None, seed: int = 0,
-                 device: str = "cpu"):
+                 device: str = "cpu", precision: str = "fp32"):
         hparams = dict(hparams or {})
         missing = [h for h in self.hyperparameters if h not in hparams]
         unknown = [h for h in hparams if h not in self.hyperparameters]
         if missing or unknown:
             raise ValueError(f"method {self.type!r}: missing hyperparameters {missing}, unknown {unknown}")
         SPECS[self.type].validate(d, k, hparams)
+        if precision not in PRECISIONS:
+            raise ValueError(f"method {self.type!r}: training precision must be one of {list(PRECISIONS)}, "
+                             f"got {precision!r}")
         self.d, self.k, self.hp, self.seed, self.device = d, k, hparams, seed, device
+        self.precision = precision  # of training's forward passes (inference is always fp32)
         self.meta: dict[str, Any] = {}  # provenance stored with / read from a checkpoint
         self.build()
 
@@ -211,13 +215,13 @@ class TorchMethod(Method):
             epochs=int(epochs), batch_size=int(self.hp["batch_size"]), lr=float(lr),
             weight_decay=float(self.hp["weight_decay"]), seed=self.seed, log_=log,
             phase=phase, desc=f"{self.type}:{phase}", progress=progress, device=data.device,
-            after_step=after_step,
+            after_step=after_step, precision=self.precision,
         )
         self.net.eval()
 
 
 def new_method(type_name: str, d: int, k: int, hparams: Mapping[str, Any], seed: int,
-               device: str = "cpu") -> Method:
+               device: str = "cpu", precision: str = "fp32") -> Method:
     """Seed, then construct (parameter initialisation is part of what the seed fixes)."""
     set_seed(seed)
-    return method_class(type_name)(d, k, hparams, seed, device)
+    return method_class(type_name)(d, k, hparams, seed, device, precision)

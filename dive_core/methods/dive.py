@@ -36,13 +36,16 @@ class DIVE(TorchMethod):
         q, p, n, _, _ = data.triplet_batch(idx)
         H, k = int(self.hp["heads"]), self.k
         lam, gam = float(self.hp["lambda_view"]), float(self.hp["gamma_geo"])
-        f = self.net["adapter"]
-        hq, hp, hn = split_heads(f(torch.cat([q, p, n])), k, H).chunk(3)  # one adapter pass
-        q1, p1, n1 = hq[:, 0], hp[:, 0], hn[:, 0]
+        x = torch.cat([q, p, n])
+        # one adapter pass over [Q; P; N], computing only the k*H coordinates the heads read
+        heads = split_heads(self.net["adapter"](x, width=k * H), k, H)  # (3B, H, k)
+        first = heads[:, 0]
+        q1, p1, n1 = first.chunk(3)
         trip = self.triplet_loss(q1, p1, n1)
         zero = trip.new_zeros(())
-        view = (self.view_loss(hq) + self.view_loss(hp) + self.view_loss(hn)) / 3 if lam and H > 1 else zero
-        geo = self.geo_loss(torch.cat([q1, p1, n1]), torch.cat([q, p, n])) if gam else zero
+        # the three sets' NT-Xent in one batched pass: (3, B, H, k) -> mean of the three losses
+        view = self.view_loss(heads.reshape(3, -1, H, k)) if lam and H > 1 else zero
+        geo = self.geo_loss(first, x) if gam else zero
         with torch.no_grad():
             rho = self.triplet_loss.active(q1, p1, n1).float().mean()
         return {"loss": trip + lam * view + gam * geo, "triplet": trip.detach(),

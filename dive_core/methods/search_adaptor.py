@@ -93,10 +93,12 @@ class SearchAdaptor(TorchMethod):
         alpha, beta = float(self.hp["alpha"]), float(self.hp["beta"])
         q, p, n, y_p, y_n = data.triplet_batch(idx)
         f, k = self.net["adapter"], self.k
-        fq, fp, fn = f(q), f(p), f(n)
+        x = torch.cat([q, p, n])
+        fx = f(x)  # one adapter pass over the batch's q, p and n rows
+        fq, fp, fn = fx.chunk(3)
         rank = self.rank_loss(fq[:, :k], fp[:, :k], fn[:, :k], y_p, y_n)
         zero = rank.new_zeros(())
-        rec = self.rec_loss(torch.cat([fq, fp, fn]), torch.cat([q, p, n])) if alpha else zero
+        rec = self.rec_loss(fx, x) if alpha else zero
         target = fq.detach() if self.stop_gradient else fq
         pred = self.pred_loss(target, self.predictor(fp)) if beta else zero
         return {"loss": rank + alpha * rec + beta * pred, "rank": rank.detach(),

@@ -1,0 +1,48 @@
+"""The shared training loop: AdamW's update against a hand computation, the precision option."""
+
+import pytest
+import torch
+
+from dive_core.methods import new_method
+from dive_core.training import TrainLog, precision_context, run_epochs
+
+
+def _one_step(precision="fp32", seen=None):
+    """One AdamW step of the shared loop on L(p) = g . p (constant gradient g)."""
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    g = torch.tensor([0.3, -0.02, 4.0])
+
+    def loss(idx):
+        seen.append((torch.is_autocast_enabled("cpu"), (torch.ones(2, 2) @ torch.ones(2, 2)).dtype)) \
+            if seen is not None else None
+        return {"loss": (g * p).sum()}
+
+    run_epochs([p], loss, 1, epochs=1, batch_size=1, lr=0.1, weight_decay=0.01, seed=0, log_=TrainLog(),
+               progress=False, precision=precision)
+    return p.detach(), g
+
+
+def test_adamw_step_equals_the_hand_computation():
+    # first step: m^ = g, v^ = g^2, so p' = p (1 - lr wd) - lr g / (|g| + eps)
+    p, g = _one_step()
+    p0, lr, wd, eps = torch.tensor([1.0, -2.0, 0.5]), 0.1, 0.01, 1e-8
+    expected = p0 * (1 - lr * wd) - lr * g / (g.abs() + eps)
+    assert torch.allclose(p, expected, rtol=0, atol=1e-7)
+
+
+def test_bf16_runs_the_loss_under_autocast_and_fp32_does_not():
+    seen = []
+    _one_step("bf16", seen)
+    assert seen == [(True, torch.bfloat16)]
+    seen = []
+    _one_step("fp32", seen)
+    assert seen == [(False, torch.float32)]
+
+
+def test_an_unknown_precision_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16'\], got 'fp16'"):
+        precision_context("fp16")
+    with pytest.raises(ValueError, match="method 'dive': training precision .* got 'half'"):
+        new_method("dive", 8, 2, dict(margin=0.7, lambda_view=0.01, gamma_geo=10.0, tau=0.1, heads=2,
+                                      triplet_loss="hinge", lr=1e-3, epochs=1, batch_size=4, hidden=8,
+                                      weight_decay=0.0), 0, precision="half")
