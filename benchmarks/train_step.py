@@ -59,7 +59,7 @@ def main():
               lr=2e-4, epochs=1, batch_size=a.batch, hidden=a.hidden, weight_decay=0.01)
     m = new_method("dive", a.d, a.k, hp, 0)
     torch.use_deterministic_algorithms(bool(a.deterministic), warn_only=True)
-    opt = torch.optim.AdamW(m.net.parameters(), lr=2e-4)
+    opt = torch.optim.AdamW(m.net.parameters(), lr=2e-4, fused=True)  # as dive_core.training.run_epochs
     b = torch.arange(a.batch)
 
     def step():

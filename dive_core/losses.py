@@ -355,5 +355,9 @@ class SMECCrossBatchLoss(nn.Module):
     def forward(self, anchor, neighbours, target, valid) -> torch.Tensor:
         if not bool(valid.any()):
             return (anchor.sum() + neighbours.sum()) * 0.0
-        diff = (_cosine_rows(anchor[:, None, :], neighbours) - target).abs()
-        return diff[valid].mean()
+        # cos = a.b / (|a| |b|), the dots as one batched product (A, m, w) @ (A, w, 1): no
+        # normalised copy of the (A, m, w) neighbours, forward or backward
+        dots = torch.matmul(neighbours, anchor[:, :, None]).squeeze(-1)
+        norms = anchor.norm(dim=-1, keepdim=True).clamp_min(1e-12) * neighbours.norm(dim=-1).clamp_min(1e-12)
+        w = valid.to(dots.dtype)  # the mean over Omega as a weighted sum (no boolean gather)
+        return ((dots / norms - target).abs() * w).sum() / w.sum()

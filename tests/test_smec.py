@@ -123,16 +123,26 @@ def _ref_push(queue, batch, size):
     return ([key for key in queue if key not in new] + new)[-size:]
 
 
-def test_fifo_queue_keeps_newest_items_in_order():
-    q = CrossBatchMemory(size=5, dim=2)
+@pytest.mark.parametrize("n_items", [None, 15])  # queue-ordered arrays / per-item tables
+def test_fifo_queue_keeps_newest_items_in_order(n_items):
+    q = CrossBatchMemory(size=5, dim=2, wide_dim=1, n_items=n_items)
     ref: list[int] = []
-    for batch in ([0, 1, 2], [3, 4, 5, 6], [4, 7, 7], [8], [9, 10, 11, 12, 13, 14]):
+    latest: dict[int, float] = {}
+    for step, batch in enumerate(([0, 1, 2], [3, 4, 5, 6], [4, 7, 7], [8], [2, 8, 3], [9, 10, 11, 12, 13, 14])):
         keys = torch.tensor(batch)
-        q.push(keys, torch.stack([keys.float(), -keys.float()], 1))
+        wide = (100 * step + 10 * keys + torch.arange(len(batch))).float()[:, None]  # which push, which row
+        q.push(keys, torch.stack([keys.float(), -keys.float()], 1), wide)
+        for row, key in enumerate(batch):  # an item's wide vector is its last row in its last push
+            latest[key] = float(wide[row, 0])
         ref = _ref_push(ref, batch, 5)
         assert q.keys.tolist() == ref
         assert q.emb[:, 0].tolist() == [float(k) for k in ref]  # embeddings travel with their keys
         assert q.emb[:, 1].tolist() == [-float(k) for k in ref]
+        assert q.wide[:, 0].tolist() == [latest[k] for k in ref]
+        at = torch.tensor([[len(ref) - 1, 0]])
+        assert q.wide_at(at)[..., 0].tolist() == [[latest[ref[-1]], latest[ref[0]]]]
+        if n_items is not None:
+            assert q.position[q.keys].tolist() == list(range(len(ref)))
     assert q.keys.tolist() == [10, 11, 12, 13, 14] and len(q) == 5
     plain = CrossBatchMemory(size=4, dim=1)
     for start in range(0, 10, 3):  # distinct items: plain FIFO

@@ -172,6 +172,12 @@ class CrossBatchMemory:
     ``keys`` / ``emb`` / ``wide`` are ordered oldest -> newest. ``push`` appends a batch (an
     item repeated within the batch keeps its last position; an item already queued moves to
     the newest position, with its new vectors) and drops the oldest entries beyond ``size``.
+
+    With ``n_items`` (keys in ``range(n_items)``) the queue also tracks each item's position
+    (for :meth:`FrozenNeighbours.lookup`) and keeps the vectors in per-item tables, so that a
+    push writes only the pushed rows instead of re-concatenating the whole queue; ``emb`` and
+    ``wide`` are then gathered in queue order on access, and :meth:`wide_at` gathers only the
+    entries asked for. Both layouts hold the same values.
     """
 
     def __init__(self, size: int, dim: int, wide_dim: int = 0, device: torch.device | str = "cpu",
@@ -180,13 +186,26 @@ class CrossBatchMemory:
             raise ValueError(f"queue size must be >= 1, got {size}")
         self.size = int(size)
         self.keys = torch.empty(0, dtype=torch.long, device=device)
-        self.emb = torch.empty(0, dim, dtype=torch.float32, device=device)
-        self.wide = torch.empty(0, wide_dim, dtype=torch.float32, device=device)
+        rows = 0 if n_items is None else int(n_items)
+        self._emb = torch.zeros(rows, dim, dtype=torch.float32, device=device)
+        self._wide = torch.zeros(rows, wide_dim, dtype=torch.float32, device=device)
         # with ``n_items``: each item's queue position, or -1 (for FrozenNeighbours.lookup)
-        self.position = None if n_items is None else torch.full((int(n_items),), -1, dtype=torch.long, device=device)
+        self.position = None if n_items is None else torch.full((rows,), -1, dtype=torch.long, device=device)
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
+
+    @property
+    def emb(self) -> torch.Tensor:
+        return self._emb if self.position is None else self._emb[self.keys]
+
+    @property
+    def wide(self) -> torch.Tensor:
+        return self._wide if self.position is None else self._wide[self.keys]
+
+    def wide_at(self, index: torch.Tensor) -> torch.Tensor:
+        """``wide[index]`` for queue positions ``index`` (any shape)."""
+        return self._wide[index] if self.position is None else self._wide[self.keys[index]]
 
     @torch.no_grad()
     def push(self, keys: torch.Tensor, emb: torch.Tensor, wide: torch.Tensor | None = None) -> None:
@@ -194,16 +213,20 @@ class CrossBatchMemory:
         if n == 0:
             return
         if wide is None:
-            wide = emb.new_zeros((n, self.wide.shape[1]))
+            wide = emb.new_zeros((n, self._wide.shape[1]))
         uniq, inv = torch.unique(keys, return_inverse=True)
         last = torch.full((uniq.shape[0],), -1, dtype=torch.long, device=keys.device)
         last = last.scatter_reduce(0, inv, torch.arange(n, device=keys.device), reduce="amax")
         keep = last.sort().values
         keys = keys[keep]
         old = ~torch.isin(self.keys, keys)
+        if self.position is None:
+            self._emb = torch.cat([self._emb[old], emb[keep].detach().to(self._emb.dtype)])[-self.size:]
+            self._wide = torch.cat([self._wide[old], wide[keep].detach().to(self._wide.dtype)])[-self.size:]
+        else:  # per-item tables: write the pushed rows only
+            self._emb[keys] = emb[keep].detach().to(self._emb.dtype)
+            self._wide[keys] = wide[keep].detach().to(self._wide.dtype)
         self.keys = torch.cat([self.keys[old], keys])[-self.size:]
-        self.emb = torch.cat([self.emb[old], emb[keep].detach().to(self.emb.dtype)])[-self.size:]
-        self.wide = torch.cat([self.wide[old], wide[keep].detach().to(self.wide.dtype)])[-self.size:]
         if self.position is not None:
             self.position.fill_(-1)
             self.position[self.keys] = torch.arange(len(self.keys), device=self.keys.device)
@@ -382,7 +405,7 @@ class SMEC(TorchMethod):
         if len(self._queue):
             nb, target, valid = (self._nbrs.lookup(anchors, self._queue, self._z) if self._nbrs is not None else
                                  self._queue.exact_neighbours(anchors, self._z[anchors], self.queue_neighbors))
-            nb_wide = self._queue.wide[nb]  # memory entries: constants (decision 8)
+            nb_wide = self._queue.wide_at(nb)  # memory entries: constants (decision 8)
         else:
             target = self._z.new_zeros((anchors.shape[0], 0))
             valid = torch.zeros_like(target, dtype=torch.bool)
