@@ -15,13 +15,15 @@ the split and the shared triplets of ``--stage``. What it measures, in one proce
 - per trained method, its configured hyperparameters (``config/config.yaml``) and the
   precision asked for: ``fit`` on the same seeded ``--steps`` batches of real triplets (the
   autoencoder on as many batches of the corpus), median over ``--repeats`` after one discarded
-  warm-up, methods interleaved within each repeat. ``seconds_per_step`` = fit time / optimiser
-  steps; ``seconds_per_epoch`` = that times the steps of one full epoch (a SMEC stage, or for
-  Matryoshka-Adaptor's two-stage schedule the mean of its corpus and triplet epochs, which it
-  trains half each).
-- ``gflops_per_step``: the matrix-product FLOPs one step executes, counted by PyTorch's
-  ``FlopCounterMode`` over the same fit (forward, backward and any per-fit set-up, divided by
-  the steps); ``flop_rate_ratio`` = (those FLOPs / ``seconds_per_step``) / ``matmul_gflops``.
+  warm-up, methods interleaved within each repeat. ``seconds_per_step`` = the time inside the
+  fit's epochs (its log rows) / optimiser steps; ``seconds_per_epoch`` = one full epoch at that
+  rate (the autoencoder's is the corpus; a SMEC epoch is its mean stage epoch; Matryoshka-Adaptor's
+  two-stage schedule trains half its epochs on the corpus and half on the triplets, so its
+  figure is the mean of one of each); ``setup_seconds`` = the rest of the fit (SMEC's stage
+  inputs and neighbour lists; about zero for the others), paid once per fit or stage.
+- ``gflops_per_step``: the matrix-product FLOPs of the fit, counted by PyTorch's
+  ``FlopCounterMode`` (forward, backward and set-up), divided by its optimiser steps;
+  ``flop_rate_ratio`` = (the fit's FLOPs / the fit's seconds) / ``matmul_gflops``.
   ``train_step_gflops`` and the top-level ``flop_rate_ratio`` are DIVE's.
 
 Thread count, CPU (or GPU) model and versions are printed first; the last line is one JSON
@@ -50,11 +52,11 @@ from torch.utils.flop_counter import FlopCounterMode
 if __package__ in (None, ""):  # run as a script: the checkout in the working directory first
     sys.path.insert(0, str(Path.cwd()))
 
-from dive_core import config as dcfg  # noqa: E402
-from dive_core import plan, provenance, records, splits  # noqa: E402
-from dive_core.embeddings import read_embeddings  # noqa: E402
-from dive_core.methods import new_method  # noqa: E402
-from dive_core.training import FitData, TrainLog, fit_data  # noqa: E402
+from dive_core import config as dcfg
+from dive_core import plan, provenance, records, splits
+from dive_core.embeddings import read_embeddings
+from dive_core.methods import new_method
+from dive_core.training import FitData, TrainLog, fit_data
 
 METHODS = ("dive", "mrl", "search_adaptor", "smec", "autoencoder")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -147,36 +149,41 @@ def main() -> None:
     print(f"matrix product {a.matmul_size}^3: fp32 {mm:.1f} GFLOP/s, bf16 {mm16:.1f} GFLOP/s", flush=True)
 
     def plan_fit(name):
-        """(hp, data, optimiser steps of this fit, steps of one full epoch) for the timed fit."""
+        """(hp, data, optimiser steps of the timed fit, full-epoch seconds from its log rows)."""
         hp = dict(hps[name])
         batch = int(hp["batch_size"])
-        if hp["__type"] == "autoencoder":  # its items are corpus rows
+        per_epoch = math.ceil(full.n_triplets / batch)  # steps of one full triplet epoch
+        corpus_steps = math.ceil(full.docs.shape[0] / batch)
+        if hp["__type"] == "autoencoder":  # its items are corpus rows: a full epoch is the corpus
             hp["epochs"] = 1
             n = min(a.steps * batch, full.docs.shape[0])
-            return hp, corpus_subset(full, n), math.ceil(n / batch), math.ceil(full.docs.shape[0] / batch)
+            steps = math.ceil(n / batch)
+            return hp, corpus_subset(full, n), steps, lambda rows: rows[0]["seconds"] / steps * corpus_steps
         part = subset(full, a.steps * batch)
-        per_epoch = math.ceil(full.n_triplets / batch)
-        if hp.get("schedule") == "two_stage":  # one corpus epoch, one triplet epoch (half each)
+        if hp.get("schedule") == "two_stage":  # one corpus epoch, one triplet epoch: it trains half each
             hp["epochs"] = 2
-            corpus_steps = math.ceil(full.docs.shape[0] / batch)
-            return hp, part, corpus_steps + a.steps, (corpus_steps + per_epoch) / 2
-        if hp["__type"] == "smec":  # one epoch per stage
+            return (hp, part, corpus_steps + a.steps,
+                    lambda rows: (rows[0]["seconds"] + rows[1]["seconds"] / a.steps * per_epoch) / 2)
+        if hp["__type"] == "smec":  # one epoch per stage; a full epoch = the mean stage epoch
             from dive_core.methods.smec import stage_widths
             hp["epochs"] = len(stage_widths(emb.dim, a.k)) - 1
-            return hp, part, hp["epochs"] * a.steps, per_epoch
+            return (hp, part, hp["epochs"] * a.steps,
+                    lambda rows: statistics.mean(r["seconds"] for r in rows) / a.steps * per_epoch)
         hp["epochs"] = 1
-        return hp, part, a.steps, per_epoch
+        return hp, part, a.steps, lambda rows: rows[0]["seconds"] / a.steps * per_epoch
 
     fits = {name: plan_fit(name) for name in a.methods}
 
     def run(name):
-        hp, data, _, _ = fits[name]
+        """(fit seconds, seconds inside its epochs, full-epoch seconds)."""
+        hp, data, _, epoch_seconds = fits[name]
         m = new(name, hp, emb.dim, a.k, a.seed, dev, a.precision)
+        log = TrainLog()
         sync(dev)
         t0 = time.perf_counter()
-        m.fit(data, TrainLog(), progress=False)
+        m.fit(data, log, progress=False)
         sync(dev)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, sum(r["seconds"] for r in log.rows), epoch_seconds(log.rows)
 
     flops = {}
     for name in a.methods:  # warm-up (discarded), with the FLOP count
@@ -184,25 +191,29 @@ def main() -> None:
         m = new(name, hp, emb.dim, a.k, a.seed, dev, a.precision)
         with FlopCounterMode(display=False) as fc:
             m.fit(data, TrainLog(), progress=False)
-        flops[name] = fc.get_total_flops() / steps
-    times = {n: [] for n in a.methods}
+        flops[name] = fc.get_total_flops()
+    runs = {n: [] for n in a.methods}
     for r in range(a.repeats):
         for name in a.methods:
-            times[name].append(run(name))
+            runs[name].append(run(name))
     out = {}
     for name in a.methods:
-        _, _, steps, per_epoch = fits[name]
-        sps = statistics.median(times[name]) / steps
-        rate = flops[name] / sps / 1e9
-        out[name] = {"seconds_per_step": sps, "seconds_per_epoch": sps * per_epoch,
-                     "gflops_per_step": flops[name] / 1e9, "gflops_per_s": rate, "flop_rate_ratio": rate / mm,
-                     "spread": [min(times[name]) / steps, max(times[name]) / steps]}
-    print(f"{'method':<16}{'ms/step':>9}{'s/epoch':>9}{'GFLOP/step':>12}{'GFLOP/s':>9}{'of matmul':>10}"
-          f"{'vs dive/epoch':>14}")
+        steps = fits[name][2]
+        fit_s = statistics.median(t for t, _, _ in runs[name])
+        in_epochs = [e for _, e, _ in runs[name]]
+        rate = flops[name] / fit_s / 1e9  # over the whole fit, set-up included
+        out[name] = {"seconds_per_step": statistics.median(in_epochs) / steps,
+                     "seconds_per_epoch": statistics.median(x for _, _, x in runs[name]),
+                     "setup_seconds": statistics.median(t - e for t, e, _ in runs[name]),
+                     "gflops_per_step": flops[name] / steps / 1e9, "gflops_per_s": rate, "flop_rate_ratio": rate / mm,
+                     "spread": [min(in_epochs) / steps, max(in_epochs) / steps]}
+    print(f"{'method':<16}{'ms/step':>9}{'s/epoch':>9}{'vs dive':>9}{'set-up s':>10}{'GFLOP/step':>12}"
+          f"{'GFLOP/s':>9}{'of matmul':>10}")
     for name, o in out.items():
         rel = f"{o['seconds_per_epoch'] / out['dive']['seconds_per_epoch']:.2f}" if "dive" in out else "-"
-        print(f"{name:<16}{1000 * o['seconds_per_step']:>9.2f}{o['seconds_per_epoch']:>9.2f}"
-              f"{o['gflops_per_step']:>12.3f}{o['gflops_per_s']:>9.1f}{o['flop_rate_ratio']:>10.2f}{rel:>14}")
+        print(f"{name:<16}{1000 * o['seconds_per_step']:>9.2f}{o['seconds_per_epoch']:>9.2f}{rel:>9}"
+              f"{o['setup_seconds']:>10.2f}{o['gflops_per_step']:>12.3f}{o['gflops_per_s']:>9.1f}"
+              f"{o['flop_rate_ratio']:>10.2f}")
     dive = out.get("dive", {})
     print(json.dumps({
         **{k: header[k] for k in ("device", "gpu_name", "cpu", "threads", "torch", "git_commit", "precision")},
@@ -211,6 +222,7 @@ def main() -> None:
         "seconds_per_step": {n: o["seconds_per_step"] for n, o in out.items()},
         "seconds_per_epoch": {n: o["seconds_per_epoch"] for n, o in out.items()},
         "gflops_per_step": {n: o["gflops_per_step"] for n, o in out.items()},
+        "flop_rate_ratios": {n: o["flop_rate_ratio"] for n, o in out.items()},
         "steps": a.steps, "repeats": a.repeats,
     }))
 

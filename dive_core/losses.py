@@ -352,12 +352,22 @@ class SMECCrossBatchLoss(nn.Module):
         vals, idx = masked.topk(min(int(m), sim.shape[1]), dim=1)
         return idx, sim.gather(1, idx), torch.isfinite(vals)
 
-    def forward(self, anchor, neighbours, target, valid) -> torch.Tensor:
+    def forward(self, anchor, neighbours, target, valid, scale=None) -> torch.Tensor:
+        """``scale`` (w,), optional: both sides' coordinates multiplied by it, ``a * s`` and
+        ``b * s``, without forming ``b * s`` (SMEC's narrow width as its k-hot ADS mask over the
+        wide coordinates: ``cos(a * s, b * s) = sum_c a_c b_c s_c^2 / (|a * s| |b * s|)``)."""
         if not bool(valid.any()):
-            return (anchor.sum() + neighbours.sum()) * 0.0
+            return (anchor.sum() + neighbours.sum() + (0.0 if scale is None else scale.sum())) * 0.0
         # cos = a.b / (|a| |b|), the dots as one batched product (A, m, w) @ (A, w, 1): no
-        # normalised copy of the (A, m, w) neighbours, forward or backward
-        dots = torch.matmul(neighbours, anchor[:, :, None]).squeeze(-1)
-        norms = anchor.norm(dim=-1, keepdim=True).clamp_min(1e-12) * neighbours.norm(dim=-1).clamp_min(1e-12)
+        # normalised (or scaled) copy of the (A, m, w) neighbours, forward or backward
+        s2 = None if scale is None else scale * scale
+        a = anchor if s2 is None else anchor * s2
+        dots = torch.matmul(neighbours, a[:, :, None]).squeeze(-1)
+        if s2 is None:
+            a_norm, b_norm = anchor.norm(dim=-1, keepdim=True), neighbours.norm(dim=-1)
+        else:
+            a_norm = (anchor * a).sum(-1, keepdim=True).sqrt()
+            b_norm = torch.matmul(neighbours * neighbours, s2).sqrt()
+        norms = a_norm.clamp_min(1e-12) * b_norm.clamp_min(1e-12)
         w = valid.to(dots.dtype)  # the mean over Omega as a weighted sum (no boolean gather)
         return ((dots / norms - target).abs() * w).sum() / w.sum()

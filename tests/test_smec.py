@@ -436,3 +436,32 @@ def test_precomputed_neighbours_equal_the_exact_search(queue_size):
 def test_neighbour_search_cost_model():
     assert FrozenNeighbours.worthwhile(6000, 10, 4096, steps=4000, anchors_per_step=384)
     assert not FrozenNeighbours.worthwhile(1_000_000, 10, 4096, steps=4000, anchors_per_step=384)
+
+
+def test_sxbm_with_a_mask_scale_equals_gathering_the_selected_columns():
+    """The narrow-width S-XBM term computed at the wide width with the k-hot ADS mask as a scale
+    (no per-neighbour column gather) equals the term on the gathered columns: value, and the
+    gradients that reach the adapter output and the importance scores (A = 40, m = 10, w = 384)."""
+    g = torch.Generator().manual_seed(3)
+    wide = torch.randn(40, 384, generator=g, dtype=torch.float64, requires_grad=True)
+    logits = torch.randn(384, generator=g, dtype=torch.float64, requires_grad=True)
+    nb = torch.randn(40, 10, 384, generator=g, dtype=torch.float64)
+    target = torch.rand(40, 10, generator=g, dtype=torch.float64)
+    valid = torch.rand(40, 10, generator=g) > 0.2
+    loss = SMECCrossBatchLoss()
+
+    def grads(scaled: bool):
+        wide.grad = logits.grad = None
+        mask, sel = gumbel_topk_mask(logits, 192, 1.0, torch.Generator().manual_seed(0))
+        if scaled:
+            value = loss(wide, nb, target, valid, mask)
+        else:
+            value = loss(wide[:, sel] * mask[sel], nb[..., sel] * mask[sel], target, valid)
+        value.backward()
+        return value.item(), wide.grad.clone(), logits.grad.clone()
+
+    v1, gw1, gl1 = grads(True)
+    v0, gw0, gl0 = grads(False)
+    assert v1 == pytest.approx(v0, rel=1e-12)
+    assert torch.allclose(gw1, gw0, rtol=0, atol=1e-14) and torch.count_nonzero(gw0) > 0
+    assert torch.allclose(gl1, gl0, rtol=0, atol=1e-14) and torch.count_nonzero(gl0) > 0

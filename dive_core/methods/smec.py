@@ -410,13 +410,15 @@ class SMEC(TorchMethod):
             target = self._z.new_zeros((anchors.shape[0], 0))
             valid = torch.zeros_like(target, dtype=torch.bool)
             nb_wide = wide.new_zeros((anchors.shape[0], 0, st.width_in))
-        nb_narrow = nb_wide[..., sel] * mask[sel]
         self._pending = (items, wide.detach()[inv])
         yp, yn = self._yp[idx], self._yn[idx]
         out: dict[str, torch.Tensor] = {}
-        for name, e, e_nb in (("wide", wide, nb_wide), ("narrow", narrow, nb_narrow)):
+        # S-XBM at the narrow width = at the wide width with both sides scaled by the k-hot mask
+        # (zero off ``sel``, one on it in the forward pass, its gradient that of the relaxation):
+        # the same cosines and gradients as gathering the ``sel`` columns of every neighbour
+        for name, e, scale in (("wide", wide, None), ("narrow", narrow, mask)):
             rank = self.rank_loss(e[iq], e[ip], e[in_], yp, yn)
-            xbm = self.xbm_loss(e, e_nb, target, valid)
+            xbm = self.xbm_loss(wide, nb_wide, target, valid, scale)
             out[f"rank_{name}"] = 0.5 * rank
             out[f"xbm_{name}"] = 0.5 * self.xbm_weight * xbm
         loss = out["rank_wide"] + out["rank_narrow"] + out["xbm_wide"] + out["xbm_narrow"]
