@@ -347,7 +347,8 @@ class SMECCrossBatchLoss(nn.Module):
         with ``m' = min(m, L)`` for a queue of L entries, neighbours in decreasing frozen
         cosine; ``exclude`` (A, L) bool marks inadmissible (anchor, entry) pairs.
         """
-        sim = F.normalize(anchor_frozen, dim=-1) @ F.normalize(queue_frozen, dim=-1).T
+        with torch.autocast(anchor_frozen.device.type, enabled=False):  # frozen targets: fp32 under bf16 training
+            sim = F.normalize(anchor_frozen, dim=-1) @ F.normalize(queue_frozen, dim=-1).T
         masked = sim if exclude is None else sim.masked_fill(exclude, float("-inf"))
         vals, idx = masked.topk(min(int(m), sim.shape[1]), dim=1)
         return idx, sim.gather(1, idx), torch.isfinite(vals)

@@ -46,3 +46,26 @@ def test_an_unknown_precision_is_refused_naming_it():
         new_method("dive", 8, 2, dict(margin=0.7, lambda_view=0.01, gamma_geo=10.0, tau=0.1, heads=2,
                                       triplet_loss="hinge", lr=1e-3, epochs=1, batch_size=4, hidden=8,
                                       weight_decay=0.0), 0, precision="half")
+
+
+@pytest.mark.parametrize("name", ["dive", "mrl", "search_adaptor", "smec", "autoencoder"])
+def test_every_trained_method_trains_under_bf16_with_its_configured_hyperparameters(name):
+    """training.precision: bf16 is a workflow setting for every trained method: each must train
+    under autocast (no dtype error in its loss), learn (weights move) and stay fp32 itself."""
+    import math
+
+    from dive_core import config as dcfg
+    from dive_core import plan
+    from synthetic import FAST, make_problem
+
+    torch.set_num_threads(1)
+    prob = make_problem()
+    config = dcfg.load_yaml("config/config.yaml")
+    hp = {**plan.method_hparams(config, name), **{k: v for k, v in FAST.items() if k != "epochs"}, "epochs": 3}
+    m = new_method(plan.method_type(config, name), prob.d, prob.k, hp, 0, precision="bf16")
+    before = {n: t.clone() for n, t in m.state_dict().items()}
+    log = TrainLog()
+    m.fit(prob.train, log, progress=False)
+    assert all(math.isfinite(r["total"]) for r in log.rows)
+    assert all(t.dtype == torch.float32 for t in m.state_dict().values() if t.is_floating_point())
+    assert any(not torch.equal(before[n], t) for n, t in m.state_dict().items() if t.is_floating_point())
