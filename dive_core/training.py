@@ -150,7 +150,8 @@ def run_epochs(
         # Logged terms are summed on the device and read once per epoch: a float() per step
         # would wait for the device at every step. A non-finite loss is caught at the end of
         # the epoch (the sum is non-finite too), naming the epoch.
-        sums: dict[str, torch.Tensor] = {}
+        keys: list[str] = []
+        sums = None  # the logged terms of the epoch, one float64 vector in the order of ``keys``
         for idx in torch.randperm(n_items, generator=gen).split(batch_size):
             idx = idx.to(device)
             with autocast:
@@ -160,11 +161,14 @@ def run_epochs(
             opt.step()
             if after_step:
                 after_step()
-            w = len(idx)
-            for key, val in out.items():
-                v = val.detach().double() * w
-                sums[key] = sums[key] + v if key in sums else v
-        means = {k: float(v) / n_items for k, v in sums.items()}
+            if not keys:
+                keys = list(out)
+            elif list(out) != keys:
+                raise ValueError(f"{desc}: batch_loss returned terms {list(out)}, earlier {keys}")
+            # one stacked vector per step (not three ops per logged term)
+            v = torch.stack([val.detach().reshape(()).to(torch.float64) for val in out.values()]) * len(idx)
+            sums = v if sums is None else sums + v
+        means = dict(zip(keys, (float(x) / n_items for x in sums.tolist()))) if sums is not None else {"loss": 0.0}
         if not math.isfinite(means["loss"]):
             raise FloatingPointError(f"{desc}: non-finite loss in epoch {first_epoch + e}")
         row = {"epoch": first_epoch + e, "phase": phase}

@@ -219,17 +219,20 @@ class CrossBatchMemory:
         last = last.scatter_reduce(0, inv, torch.arange(n, device=keys.device), reduce="amax")
         keep = last.sort().values
         keys = keys[keep]
-        old = ~torch.isin(self.keys, keys)
         if self.position is None:
+            old = ~torch.isin(self.keys, keys)
             self._emb = torch.cat([self._emb[old], emb[keep].detach().to(self._emb.dtype)])[-self.size:]
             self._wide = torch.cat([self._wide[old], wide[keep].detach().to(self._wide.dtype)])[-self.size:]
-        else:  # per-item tables: write the pushed rows only
-            self._emb[keys] = emb[keep].detach().to(self._emb.dtype)
-            self._wide[keys] = wide[keep].detach().to(self._wide.dtype)
+            self.keys = torch.cat([self.keys[old], keys])[-self.size:]
+            return
+        # per-item tables: write the pushed rows only; positions locate the re-pushed items
+        self._emb[keys] = emb[keep].detach().to(self._emb.dtype)
+        self._wide[keys] = wide[keep].detach().to(self._wide.dtype)
+        self.position[keys] = -1  # re-pushed items leave their old place
+        old = self.position[self.keys] >= 0
+        self.position[self.keys] = -1
         self.keys = torch.cat([self.keys[old], keys])[-self.size:]
-        if self.position is not None:
-            self.position.fill_(-1)
-            self.position[self.keys] = torch.arange(len(self.keys), device=self.keys.device)
+        self.position[self.keys] = torch.arange(len(self.keys), device=self.keys.device)
 
     def exact_neighbours(self, keys: torch.Tensor, z: torch.Tensor, m: int):
         """NN_m of items ``keys`` (frozen embeddings ``z``) among the queued entries, each item's
