@@ -15,7 +15,7 @@ import torch
 from dive_core.adapters import ResidualMLP, split_heads
 from dive_core.losses import GeometryDistillationLoss, HingeTripletLoss, MultiPositiveNTXent
 from dive_core.methods import new_method
-from dive_core.training import FitData
+from dive_core.training import FitData, adamw
 
 
 def timeit(fn, repeats=30, warmup=5):
@@ -59,7 +59,7 @@ def main():
               lr=2e-4, epochs=1, batch_size=a.batch, hidden=a.hidden, weight_decay=0.01)
     m = new_method("dive", a.d, a.k, hp, 0)
     torch.use_deterministic_algorithms(bool(a.deterministic), warn_only=True)
-    opt = torch.optim.AdamW(m.net.parameters(), lr=2e-4, fused=True)  # as dive_core.training.run_epochs
+    opt = adamw(m.net.parameters(), 2e-4, 0.01)  # the workflow's optimiser
     b = torch.arange(a.batch)
 
     def step():

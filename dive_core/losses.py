@@ -6,6 +6,8 @@ product. Each module returns a scalar (mean over its terms).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -83,18 +85,10 @@ class MultiPositiveNTXent(nn.Module):
         return per_anchor.mean()
 
 
-_SELF_MASKS: dict = {}
-
-
-def _self_mask(n: int, dtype: torch.dtype, device) -> torch.Tensor:
+@functools.lru_cache(maxsize=16)
+def _self_mask(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """(n, n) additive mask: -inf on the diagonal, 0 elsewhere (cached: one per size)."""
-    key = (n, dtype, str(device))
-    if key not in _SELF_MASKS:
-        if len(_SELF_MASKS) > 16:
-            _SELF_MASKS.clear()
-        m = torch.zeros(n, n, dtype=dtype, device=device)
-        _SELF_MASKS[key] = m.fill_diagonal_(float("-inf"))
-    return _SELF_MASKS[key]
+    return torch.zeros(n, n, dtype=dtype, device=device).fill_diagonal_(float("-inf"))
 
 
 class GeometryDistillationLoss(nn.Module):

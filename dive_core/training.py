@@ -88,16 +88,27 @@ class TrainLog:
 PRECISIONS = ("fp32", "bf16")
 
 
+def check_precision(precision: str, owner: str = "") -> str:
+    """``precision`` if it is one of :data:`PRECISIONS`; else a ValueError (``owner`` prefixes it)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"{owner}training precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    return precision
+
+
 def precision_context(precision: str, device: torch.device | str = "cpu"):
     """The context a training forward pass runs in: nothing for ``fp32``, bfloat16 autocast on
     the device's type for ``bf16``."""
     import contextlib
 
-    if precision not in PRECISIONS:
-        raise ValueError(f"training precision must be one of {list(PRECISIONS)}, got {precision!r}")
-    if precision == "fp32":
+    if check_precision(precision) == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+def adamw(params, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """The optimiser of every training: PyTorch's fused AdamW (one pass over each parameter, not a
+    dozen elementwise ops). ``params``: parameters or parameter groups."""
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
 
 
 def run_epochs(
@@ -129,8 +140,8 @@ def run_epochs(
     triplets that were active. Shuffling uses its own generator seeded by ``seed``.
 
     ``precision``: ``fp32``, or ``bf16`` to run ``batch_loss`` under bfloat16 autocast (matrix
-    products in bf16; parameters, gradients and the optimiser stay fp32). AdamW is PyTorch's
-    fused kernel (one pass over each parameter, not a dozen elementwise ops).
+    products in bf16; parameters, gradients and the optimiser stay fp32). The optimiser is
+    :func:`adamw`.
     """
     from tqdm import tqdm
 
@@ -140,7 +151,7 @@ def run_epochs(
     groups = [{"params": [p for p in params if not isinstance(p, dict)]}]
     groups += [dict(g, params=list(g["params"])) for g in params if isinstance(g, dict)]
     groups = [dict(g, params=[p for p in g["params"] if p.requires_grad]) for g in groups]
-    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=weight_decay, fused=True)
+    opt = adamw([g for g in groups if g["params"]], lr, weight_decay)
     autocast = precision_context(precision, device)
     gen = torch.Generator().manual_seed(int(seed))
     first_epoch = len([r for r in log_.rows]) + 1

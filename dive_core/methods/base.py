@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from .. import records
 from ..atomic import atomic_path
-from ..training import PRECISIONS, FitData, TrainLog, run_epochs, set_seed
+from ..training import FitData, TrainLog, check_precision, run_epochs, set_seed
 from .specs import SPECS
 
 METHODS: dict[str, type["Method"]] = {}
@@ -85,11 +85,9 @@ class Method:
         if missing or unknown:
             raise ValueError(f"method {self.type!r}: missing hyperparameters {missing}, unknown {unknown}")
         SPECS[self.type].validate(d, k, hparams)
-        if precision not in PRECISIONS:
-            raise ValueError(f"method {self.type!r}: training precision must be one of {list(PRECISIONS)}, "
-                             f"got {precision!r}")
         self.d, self.k, self.hp, self.seed, self.device = d, k, hparams, seed, device
-        self.precision = precision  # of training's forward passes (inference is always fp32)
+        # of training's forward passes (inference is always fp32)
+        self.precision = check_precision(precision, f"method {self.type!r}: ")
         self.meta: dict[str, Any] = {}  # provenance stored with / read from a checkpoint
         self.build()
 

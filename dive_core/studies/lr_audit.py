@@ -49,7 +49,7 @@ def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                        label=("picked" if picked else "candidate") if i == 0 and j in (0, 1) else None)
                 lr = c["overrides"].get("lr")
                 ax.text(x, c["mean"] + 0.01, f"{c['mean']:.3f}", ha="center", va="bottom", fontsize=7,
-                        rotation=90, bbox=dict(facecolor="white", edgecolor="none", pad=0.5))  # over the reference line  # above the bar: never over the lr label inside it, however short
+                        rotation=90, bbox=dict(facecolor="white", edgecolor="none", pad=0.5))  # above the bar, boxed over the reference line
                 ax.text(x, 0.01, f"{lr:.0e}" if isinstance(lr, float) else str(c["overrides"]), ha="center",
                         va="bottom", fontsize=6.5, rotation=90, color="black")
         if ref:
