@@ -2,8 +2,15 @@
 # baselines on BEIR. This file only loads and validates the configuration, includes the
 # stages and defines `all`; see README.md for the artifact layout.
 import os
+import sys
 
 from snakemake.utils import min_version, validate
+
+# The Snakefile imports dive_core from this checkout; workflow scripts (local, conda or cluster
+# jobs) find it through workflow_scripts/_dive_path.py, which each of them imports first.
+sys.path.insert(0, workflow.basedir)
+
+from dive_core import config as dcfg
 
 min_version("9.0")
 
@@ -16,7 +23,15 @@ DEFAULT_CONFIG = os.path.join(workflow.basedir, "config", "config.yaml")
 configfile: DEFAULT_CONFIG
 
 
-validate(config, os.path.join(workflow.basedir, "config", "schema", "config.schema.yaml"))
+# --config values below the top level arrive as text: typed by the schema before validation;
+# `--config gpu=0` / `threads=N` stand for every rule (dive_core.config.command_line_values)
+SCHEMA = os.path.join(workflow.basedir, "config", "schema", "config.schema.yaml")
+_TYPED = dcfg.command_line_values(config, dcfg.load_yaml(SCHEMA), dcfg.load_yaml(DEFAULT_CONFIG))
+config.clear()
+config.update(_TYPED)
+
+
+validate(config, SCHEMA)
 
 
 report: "report/workflow.rst"
@@ -41,6 +56,12 @@ localrules:
     table,
     headline_result,
     select,
+
+
+onstart:
+    # a SLURM run names the jobs no node can ever run, instead of leaving them pending
+    if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
+        check_cluster_fit(workflow.dag.needrun_jobs())
 
 
 rule all:

@@ -61,3 +61,115 @@ def local_beir_dir(config: Mapping, environ: Mapping[str, str] = os.environ) -> 
     """The configured local BEIR directory: config key ``beir_data_dir``, else $BEIR_DATA_DIR."""
     value = config.get("beir_data_dir") or environ.get(ENV_BEIR) or None
     return str(Path(value).expanduser().resolve()) if value else None
+
+
+# ---- values from the command line -----------------------------------------------------------
+# Keys whose value may be one number for every rule: `--config gpu=0` (a CPU-only cluster) and
+# `--config threads=8` stand for that number under each key the defaults file lists.
+PER_RULE_KEYS = ("gpu", "threads")
+
+
+def command_line_values(config: Mapping, schema: Mapping, defaults: Mapping) -> dict:
+    """``config`` with the text that ``snakemake --config`` leaves in nested values turned into
+    the types the schema asks for, and the per-rule shorthands expanded (:data:`PER_RULE_KEYS`).
+
+    Snakemake parses only the top level of ``--config key=value``; below it every scalar stays a
+    string (``--config gpu='{embed: 0}'`` gives ``{'embed': '0'}``). A string is converted where
+    the schema admits no string but a number, integer, boolean, null, object or array and the
+    text reads as one; where the schema does not constrain a value (method hyperparameters), a
+    string that reads as a number or a boolean becomes that. Anything else is left for the
+    schema validation to report with its key."""
+    out = _coerce(dict(config), schema, schema)
+    for key in PER_RULE_KEYS:
+        value = out.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and isinstance(defaults.get(key), Mapping):
+            out[key] = {rule: value for rule in defaults[key]}
+    return out
+
+
+def _resolve(schema: Any, root: Mapping) -> Mapping:
+    while isinstance(schema, Mapping) and "$ref" in schema:
+        node: Any = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        schema = node
+    return schema if isinstance(schema, Mapping) else {}
+
+
+def _types(schema: Mapping, root: Mapping) -> set[str] | None:
+    """The JSON types a schema admits; None when it does not constrain the type."""
+    schema = _resolve(schema, root)
+    if "type" in schema:
+        t = schema["type"]
+        return {t} if isinstance(t, str) else set(t)
+    if "enum" in schema or "const" in schema:
+        return {_json_type(v) for v in schema.get("enum", [schema.get("const")])}
+    branches = schema.get("oneOf") or schema.get("anyOf")
+    if branches:
+        found: set[str] = set()
+        for b in branches:
+            t = _types(b, root)
+            if t is None:
+                return None
+            found |= t
+        return found
+    return None
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    return {dict: "object", list: "array"}.get(type(v), "string")
+
+
+def _branch(schema: Mapping, root: Mapping, value: Any) -> Mapping:
+    """The oneOf/anyOf branch that admits ``value``'s JSON type (for recursing into it)."""
+    schema = _resolve(schema, root)
+    for b in schema.get("oneOf") or schema.get("anyOf") or ():
+        t = _types(b, root)
+        if t is not None and _json_type(value) in t:
+            return _resolve(b, root)
+    return schema
+
+
+def _parse_text(text: str) -> Any:
+    """A command-line string as the value it spells: an integer, a float (``1e-3`` included), a
+    boolean, null, or a YAML flow mapping or list; the string itself otherwise."""
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _coerce(value: Any, schema: Any, root: Mapping) -> Any:
+    if isinstance(value, str):
+        types = _types(schema, root)
+        if types is not None and "string" in types:
+            return value
+        parsed = _parse_text(value)
+        kind = _json_type(parsed)
+        if types is None:
+            return parsed if kind in ("integer", "number", "boolean") else value
+        if kind in types or (kind == "integer" and "number" in types):
+            return _coerce(parsed, schema, root) if kind in ("object", "array") else parsed
+        return value
+    if isinstance(value, Mapping):
+        s = _branch(schema, root, value)
+        props, extra = s.get("properties", {}), s.get("additionalProperties")
+        return {k: _coerce(v, props.get(k, extra if isinstance(extra, Mapping) else {}), root)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        items = _branch(schema, root, value).get("items")
+        return [_coerce(v, items if isinstance(items, Mapping) else {}, root) for v in value]
+    return value

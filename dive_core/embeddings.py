@@ -95,19 +95,30 @@ def encode_all(
     desc: str,
     progress: bool = True,
     store: ResumableMatrix | None = None,
+    batches: Sequence[int] | None = None,
 ) -> np.ndarray:
-    """Vectors of ``texts`` in input order, encoded in length-sorted batches; with ``store``,
-    written into its memory-mapped matrix, skipping the batches it already holds."""
+    """Vectors of ``texts`` encoded in length-sorted batches; with ``store``, written into its
+    memory-mapped matrix, skipping the batches it already holds.
+
+    All batches (the default): the matrix holds every text, in input order. ``batches`` (numbers
+    into :func:`length_sorted_batches`, a shard's range): the matrix holds those batches' texts
+    only, in encoding order (rows :func:`batch_rows` of the input)."""
     from tqdm import tqdm
 
-    out = store.matrix if store is not None else np.zeros((len(texts), dim), dtype=np.float32)
-    batches = length_sorted_batches(texts, batch_size)
+    every = length_sorted_batches(texts, batch_size)
+    numbers = range(len(every)) if batches is None else list(batches)
+    n_rows = len(texts) if batches is None else sum(len(every[b]) for b in numbers)
+    out = store.matrix if store is not None else np.zeros((n_rows, dim), dtype=np.float32)
     skip = store.done if store is not None else set()
     if skip:
-        log.info("%s: resuming, %d of %d batches already encoded", desc, len(skip), len(batches))
-    with tqdm(total=len(texts), desc=desc, unit="text", disable=not progress,
-              mininterval=5.0) as bar:
-        for b, idx in enumerate(batches):
+        log.info("%s: resuming, %d of %d batches already encoded", desc, len(skip & set(numbers)),
+                 len(numbers))
+    offset = 0
+    with tqdm(total=n_rows, desc=desc, unit="text", disable=not progress, mininterval=5.0) as bar:
+        for b in numbers:
+            idx = every[b]
+            target = idx if batches is None else np.arange(offset, offset + len(idx))
+            offset += len(idx)
             if b in skip:
                 bar.update(len(idx))
                 continue
@@ -118,11 +129,29 @@ def encode_all(
             vecs = vecs.astype(np.float32)
             if not np.isfinite(vecs).all():
                 raise RuntimeError(f"{desc}: encoder returned non-finite values")
-            out[idx] = vecs
+            out[target] = vecs
             if store is not None:
                 store.mark(b)
             bar.update(len(idx))
     return out
+
+
+def shard_batches(n_batches: int, shard: int, shards: int) -> range:
+    """Batch numbers of corpus shard ``shard`` (1-based) of ``shards``: contiguous, near-equal
+    ranges of the length-sorted batch sequence, together covering every batch once. A shard
+    encodes whole batches of the unsharded run, each with the same texts and padding, so the
+    gathered vectors are the unsharded ones bit for bit (a batch's padded length changes how
+    the kernels round)."""
+    if not 1 <= shard <= shards:
+        raise ValueError(f"shard {shard} of {shards}: shards are numbered 1..{shards}")
+    return range((shard - 1) * n_batches // shards, shard * n_batches // shards)
+
+
+def batch_rows(texts: Sequence[str], batch_size: int, batches: Sequence[int]) -> np.ndarray:
+    """Input positions of ``batches``' texts, in encoding order (the rows of a shard's matrix)."""
+    every = length_sorted_batches(texts, batch_size)
+    parts = [every[b] for b in batches]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 JSON_ATTRS = "json_attrs"  # file attribute listing the attributes stored as JSON
@@ -136,6 +165,37 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"attribute value of type {type(o).__name__} is not JSON serialisable")
+
+
+def _split_attrs(attrs: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Non-scalar attributes become JSON strings, their names listed in :data:`JSON_ATTRS` so that
+    reading decodes exactly those (a plain string that happens to be valid JSON stays a string);
+    numpy scalars are stored as their Python value."""
+    plain: dict[str, Any] = {}
+    json_keys: list[str] = []
+    for k, v in attrs.items():
+        if k in (JSON_ATTRS, "format"):
+            raise ValueError(f"attribute name {k!r} is reserved")
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, (str, int, float, bool)):
+            plain[k] = v
+        else:
+            plain[k] = json.dumps(v, sort_keys=True, default=_json_default)
+            json_keys.append(k)
+    return plain, json_keys
+
+
+def _read_attrs(f) -> dict[str, Any]:
+    """An HDF5 object's attributes, JSON ones decoded (the inverse of :func:`_split_attrs`)."""
+    raw = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+    json_keys = set(json.loads(raw.pop(JSON_ATTRS, "[]")))
+    return {k: json.loads(v) if k in json_keys else (v.item() if isinstance(v, np.generic) else v)
+            for k, v in raw.items()}
+
+
+def _read_ids(ds) -> list[str]:
+    return [s.decode() if isinstance(s, bytes) else s for s in ds[()]]
 
 
 def write_embeddings(
@@ -156,22 +216,7 @@ def write_embeddings(
     if np.asarray(docs).shape[1] != np.asarray(queries).shape[1]:
         raise ValueError(f"corpus dim {np.asarray(docs).shape[1]} != queries dim "
                          f"{np.asarray(queries).shape[1]}")
-    # Non-scalar attributes are stored as JSON strings; their names are listed in JSON_ATTRS so
-    # that reading decodes exactly those (a plain string that happens to be valid JSON stays a
-    # string). numpy scalars are stored as their Python value.
-    plain: dict[str, Any] = {}
-    json_keys: list[str] = []
-    for k, v in attrs.items():
-        if k in (JSON_ATTRS, "format"):
-            raise ValueError(f"attribute name {k!r} is reserved")
-        if isinstance(v, np.generic):
-            v = v.item()
-        if isinstance(v, (str, int, float, bool)):
-            plain[k] = v
-        else:
-            plain[k] = json.dumps(v, sort_keys=True, default=_json_default)
-            json_keys.append(k)
-
+    plain, json_keys = _split_attrs(attrs)
     sha = content_sha256([(doc_ids, docs), (query_ids, queries)])
     str_dt = h5py.string_dtype("utf-8")
     with atomic_path(path, suffix=".h5.tmp") as tmp:
@@ -249,19 +294,12 @@ def read_embeddings(path: str | Path, normalize: bool = True,
     path = Path(path)
     try:
         with h5py.File(path, "r") as f:
-            doc_ids = [s.decode() if isinstance(s, bytes) else s for s in f["corpus/ids"][()]]
-            query_ids = [s.decode() if isinstance(s, bytes) else s for s in f["queries/ids"][()]]
+            doc_ids, query_ids = _read_ids(f["corpus/ids"]), _read_ids(f["queries/ids"])
             docs = np.asarray(f["corpus/emb"][()], dtype=np.float32)  # no copy when stored as float32
             queries = np.asarray(f["queries/emb"][()], dtype=np.float32)
-            raw = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            attrs = _read_attrs(f)
     except (OSError, KeyError) as exc:
         raise ValueError(f"{path}: not a valid embedding file: {exc}") from exc
-    json_keys = set(json.loads(raw.pop(JSON_ATTRS, "[]")))
-    attrs: dict[str, Any] = {}
-    for k, v in raw.items():
-        if k in json_keys:
-            v = json.loads(v)
-        attrs[k] = v.item() if isinstance(v, np.generic) else v
     if docs.ndim != 2 or queries.ndim != 2 or len(doc_ids) != len(docs) \
             or len(query_ids) != len(queries) or docs.shape[1] != queries.shape[1]:
         raise ValueError(f"{path}: not a valid embedding file: {len(doc_ids)} doc ids / "
@@ -288,6 +326,42 @@ def normalize_rows_(x: np.ndarray, eps: float = 1e-12, chunk: int = 65536) -> np
     return x
 
 
+def _checked_inputs(doc_ids, doc_texts, query_ids, query_texts) -> None:
+    for name, ids, texts in (("corpus", doc_ids, doc_texts), ("queries", query_ids, query_texts)):
+        if len(ids) != len(texts):
+            raise ValueError(f"{name}: {len(ids)} ids but {len(texts)} texts")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{name}: duplicate ids")
+
+
+def inputs_key(backbone, batch_size: int, doc_ids, doc_texts, query_ids, query_texts) -> str:
+    """sha256 of everything that decides the vectors: backbone, device, batch size, ids, texts.
+    Keys a resumable work folder, and ties a sharded embedding's parts to one another."""
+    return hashlib.sha256(json.dumps(
+        {"backbone": backbone.id, "dim": backbone.dim, "device": backbone.device, "batch_size": batch_size,
+         "attributes": backbone.attributes, "docs": [list(doc_ids), list(doc_texts)],
+         "queries": [list(query_ids), list(query_texts)]}, sort_keys=True, default=_json_default).encode()).hexdigest()
+
+
+def _work_folder(out_path: str | Path, key: str) -> Path:
+    """``<out>.partial/`` for a resumable job, emptied if a run with other inputs left it."""
+    import shutil
+
+    work = Path(str(out_path) + ".partial")
+    if work.exists() and (work / "key").is_file() and (work / "key").read_text() != key:
+        log.info("%s: left by a run with other inputs; starting afresh", work)
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "key").write_text(key)
+    return work
+
+
+def _backbone_attrs(backbone, batch_size: int, extra_attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"backbone": backbone.id, "dim": backbone.dim, "device": backbone.device,
+            "document_text": "title + ' ' + text, stripped", "batch_size": batch_size,
+            **backbone.attributes, **(extra_attrs or {})}
+
+
 def embed_dataset(
     backbone,
     doc_ids: Sequence[str],
@@ -300,23 +374,10 @@ def embed_dataset(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Encode corpus and queries with ``backbone`` and write the HDF5 file; returns timings."""
-    for name, ids, texts in (("corpus", doc_ids, doc_texts), ("queries", query_ids, query_texts)):
-        if len(ids) != len(texts):
-            raise ValueError(f"{name}: {len(ids)} ids but {len(texts)} texts")
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"{name}: duplicate ids")
     import shutil
 
-    work = Path(str(out_path) + ".partial")
-    key = hashlib.sha256(json.dumps(
-        {"backbone": backbone.id, "dim": backbone.dim, "device": backbone.device, "batch_size": batch_size,
-         "attributes": backbone.attributes, "docs": [list(doc_ids), list(doc_texts)],
-         "queries": [list(query_ids), list(query_texts)]}, sort_keys=True, default=_json_default).encode()).hexdigest()
-    if work.exists() and (work / "key").is_file() and (work / "key").read_text() != key:
-        log.info("%s: left by a run with other inputs; starting afresh", work)
-        shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "key").write_text(key)
+    _checked_inputs(doc_ids, doc_texts, query_ids, query_texts)
+    work = _work_folder(out_path, inputs_key(backbone, batch_size, doc_ids, doc_texts, query_ids, query_texts))
     t0 = time.perf_counter()
     docs = encode_all(backbone.encode_docs, doc_texts, backbone.dim, batch_size, "corpus", progress,
                       ResumableMatrix(work, "corpus", len(doc_ids), backbone.dim))
@@ -324,20 +385,149 @@ def embed_dataset(
     queries = encode_all(backbone.encode_queries, query_texts, backbone.dim, batch_size, "queries", progress,
                          ResumableMatrix(work, "queries", len(query_ids), backbone.dim))
     t2 = time.perf_counter()
-    attrs = {
-        "backbone": backbone.id,
-        "dim": backbone.dim,
-        "device": backbone.device,
-        "document_text": "title + ' ' + text, stripped",
-        "batch_size": batch_size,
-        **backbone.attributes,
-        **(extra_attrs or {}),
-        "seconds_corpus": round(t1 - t0, 3),
-        "seconds_queries": round(t2 - t1, 3),
-    }
+    attrs = {**_backbone_attrs(backbone, batch_size, extra_attrs),
+             "seconds_corpus": round(t1 - t0, 3), "seconds_queries": round(t2 - t1, 3)}
     sha = write_embeddings(out_path, doc_ids, docs, query_ids, queries, attrs)
     del docs, queries
     shutil.rmtree(work, ignore_errors=True)
     log.info("wrote %s: %d docs, %d queries, dim %d (%.1fs + %.1fs)", out_path, len(doc_ids),
              len(query_ids), backbone.dim, t1 - t0, t2 - t1)
     return {"content_sha256": sha, "seconds_corpus": t1 - t0, "seconds_queries": t2 - t1}
+
+
+# ---- sharded embedding: one job per corpus range (and one for the queries), then a gather --------
+QUERIES_PART = "queries"
+
+
+def part_name(shard: int | None, shards: int) -> str:
+    """The name of one part of a sharded embedding: ``queries``, or ``corpus{i}of{n}``."""
+    return QUERIES_PART if shard is None else f"corpus{shard}of{shards}"
+
+
+def parse_part(name: str) -> tuple[int | None, int | None]:
+    """``(shard, shards)`` of a part name; ``(None, None)`` for the queries part."""
+    import re
+
+    if name == QUERIES_PART:
+        return None, None
+    m = re.fullmatch(r"corpus(\d+)of(\d+)", name)
+    if not m:
+        raise ValueError(f"embedding part {name!r}: expected 'queries' or 'corpus<i>of<n>'")
+    return int(m.group(1)), int(m.group(2))
+
+
+def embed_part(
+    backbone,
+    part: str,
+    doc_ids: Sequence[str],
+    doc_texts: Sequence[str],
+    query_ids: Sequence[str],
+    query_texts: Sequence[str],
+    out_path: str | Path,
+    batch_size: int,
+    extra_attrs: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Encode one part of a sharded embedding (see :func:`part_name`) into a shard file
+    (record ``embedding_shard``: ``/ids``, ``/rows`` the input positions, ``/emb``), resumable like
+    :func:`embed_dataset`; :func:`gather_embeddings` assembles the parts."""
+    import shutil
+
+    import h5py
+
+    _checked_inputs(doc_ids, doc_texts, query_ids, query_texts)
+    key = inputs_key(backbone, batch_size, doc_ids, doc_texts, query_ids, query_texts)
+    shard, shards = parse_part(part)
+    if shard is None:
+        ids, texts, encode, batches, desc = query_ids, query_texts, backbone.encode_queries, None, "queries"
+        rows = np.arange(len(ids))
+    else:
+        ids, texts, encode, desc = doc_ids, doc_texts, backbone.encode_docs, f"corpus {shard}/{shards}"
+        batches = shard_batches(len(length_sorted_batches(texts, batch_size)), shard, shards)
+        rows = batch_rows(texts, batch_size, batches)
+    work = _work_folder(out_path, key)
+    t0 = time.perf_counter()
+    mat = encode_all(encode, texts, backbone.dim, batch_size, desc, progress,
+                     ResumableMatrix(work, "part", len(rows), backbone.dim), batches=batches)
+    seconds = time.perf_counter() - t0
+    attrs = {**_backbone_attrs(backbone, batch_size, extra_attrs), "part": part, "shard": shard or 0,
+             "shards": shards or 0, "inputs_key": key, "n_docs": len(doc_ids), "n_queries": len(query_ids),
+             "seconds": round(seconds, 3)}
+    plain, json_keys = _split_attrs(attrs)
+    with atomic_path(out_path, suffix=".h5.tmp") as tmp:
+        with h5py.File(tmp, "w", track_order=True) as f:
+            f.create_dataset("ids", data=np.asarray([ids[i] for i in rows], dtype=object),
+                             dtype=h5py.string_dtype("utf-8"), track_times=False)
+            f.create_dataset("rows", data=np.asarray(rows, dtype=np.int64), track_times=False)
+            f.create_dataset("emb", data=np.asarray(mat, dtype=np.float32), track_times=False)
+            for k, v in plain.items():
+                f.attrs[k] = v
+            f.attrs[JSON_ATTRS] = json.dumps(json_keys)
+            f.attrs["format"] = records.FORMATS["embedding_shard"]
+    del mat
+    shutil.rmtree(work, ignore_errors=True)
+    log.info("wrote %s: %s, %d rows, dim %d (%.1fs)", out_path, part, len(rows), backbone.dim, seconds)
+    return {"part": part, "rows": len(rows), "seconds": seconds}
+
+
+SHARD_ONLY_ATTRS = ("part", "shard", "shards", "inputs_key", "n_docs", "n_queries", "seconds")
+
+
+def gather_embeddings(paths: Sequence[str | Path], out_path: str | Path) -> dict[str, Any]:
+    """Assemble the parts of a sharded embedding (one ``queries`` part and corpus shards 1..n of
+    one run: same inputs key) into the embeddings file. Its vectors, ids and ``content_sha256``
+    are those of the unsharded run; its attributes are the queries part's (``runtime`` included)
+    plus ``shards``, the summed ``seconds_corpus`` and every part's runtime (``part_runtimes``). Missing, duplicated, foreign
+    or overlapping parts are refused, naming the files."""
+    import h5py
+
+    parts: dict[str, tuple[Path, dict]] = {}
+    for p in map(Path, paths):
+        try:
+            with h5py.File(p, "r") as f:
+                attrs = _read_attrs(f)
+        except OSError as exc:
+            raise ValueError(f"{p}: not a readable embedding shard: {exc}") from exc
+        attrs = records.check("embedding_shard", attrs, p)
+        if attrs["part"] in parts:
+            raise ValueError(f"{p} and {parts[attrs['part']][0]}: the same part {attrs['part']!r} twice")
+        parts[attrs["part"]] = (p, attrs)
+    if QUERIES_PART not in parts:
+        raise ValueError(f"no queries part among {[str(p) for p in paths]}")
+    first = parts[QUERIES_PART][1]
+    corpus = sorted((a["shard"], a["shards"], p) for name, (p, a) in parts.items() if name != QUERIES_PART)
+    n = corpus[0][1] if corpus else 0
+    if [s for s, _, _ in corpus] != list(range(1, n + 1)) or any(m != n for _, m, _ in corpus):
+        raise ValueError(f"corpus shards {[(s, m) for s, m, _ in corpus]} from {[str(p) for p in paths]}: "
+                         f"expected shards 1..{n} of {n}, each once")
+    for p, a in parts.values():
+        if a["inputs_key"] != first["inputs_key"]:
+            raise ValueError(f"{p}: embedded from other inputs (backbone, texts or batch size) than "
+                             f"{parts[QUERIES_PART][0]}; delete the shards and rerun")
+    dim, n_docs, n_queries = int(first["dim"]), int(first["n_docs"]), int(first["n_queries"])
+    docs = np.zeros((n_docs, dim), dtype=np.float32)
+    doc_ids: list[str | None] = [None] * n_docs
+    filled = np.zeros(n_docs, dtype=bool)
+    for _, _, p in corpus:
+        with h5py.File(p, "r") as f:
+            rows = f["rows"][()]
+            if filled[rows].any():
+                raise ValueError(f"{p}: rows already filled by another shard")
+            filled[rows] = True
+            docs[rows] = f["emb"][()]
+            for r, i in zip(rows, _read_ids(f["ids"])):
+                doc_ids[r] = i
+    if not filled.all():
+        raise ValueError(f"the shards {[str(p) for _, _, p in corpus]} leave {int((~filled).sum())} of "
+                         f"{n_docs} documents without a vector")
+    with h5py.File(parts[QUERIES_PART][0], "r") as f:
+        query_ids, queries = _read_ids(f["ids"]), np.asarray(f["emb"][()], dtype=np.float32)
+    if len(query_ids) != n_queries:
+        raise ValueError(f"{parts[QUERIES_PART][0]}: {len(query_ids)} queries, expected {n_queries}")
+    attrs = {k: v for k, v in first.items() if k not in SHARD_ONLY_ATTRS and k != "format"}
+    attrs.update(shards=n, seconds_corpus=round(sum(parts[part_name(s, n)][1]["seconds"] for s, _, _ in corpus), 3),
+                 seconds_queries=first["seconds"],
+                 part_runtimes={name: a.get("runtime") for name, (_, a) in sorted(parts.items())})
+    sha = write_embeddings(out_path, doc_ids, docs, query_ids, queries, attrs)
+    log.info("wrote %s from %d corpus shards and the queries part (content_sha256 %s)", out_path, n, sha[:12])
+    return {"content_sha256": sha, "shards": n}

@@ -2,20 +2,21 @@
 in the file), the fields a reader may rely on, the rule that makes it, and how it is written and
 read. Writers and readers go through this module only.
 
-=============  ===========================================================  ======================
-record         file                                                         made by rule
-=============  ===========================================================  ======================
-source         ``data/beir/{dataset}/source.json``                          stage_beir
-splits         ``results/{dataset}/splits.json``                            make_splits
-embeddings     attributes of ``results/{dataset}/{backbone}/embeddings.h5``  embed
-triplets       ``.../triplets/{stage}-{negatives}.json`` (beside the TSV)   triplets
-checkpoint     ``.../{method}/k{k}/{stage}/seed{seed}/model.pt``            train
-result         ``.../seed{seed}/eval.json`` (and its headline copy)         evaluate
-selection      ``results/selection/{study}.json``                           select
-efficiency     ``results/efficiency/{dataset}/{backbone}.json``,            efficiency,
-               ``results/efficiency/synthetic.json``                        efficiency_synthetic
-frontier       ``results/frontier/{dataset}/{backbone}.json``               frontier
-=============  ===========================================================  ======================
+===============  ===========================================================  ======================
+record           file                                                         made by rule
+===============  ===========================================================  ======================
+source           ``data/beir/{dataset}/source.json``                          stage_beir
+splits           ``results/{dataset}/splits.json``                            make_splits
+embeddings       attributes of ``results/{dataset}/{backbone}/embeddings.h5``  embed
+embedding_shard  ``results/{dataset}/{backbone}/embed_parts/{part}.h5``         embed_part
+triplets         ``.../triplets/{stage}-{negatives}.json`` (beside the TSV)   triplets
+checkpoint       ``.../{method}/k{k}/{stage}/seed{seed}/model.pt``            train
+result           ``.../seed{seed}/eval.json`` (and its headline copy)         evaluate
+selection        ``results/selection/{study}.json``                           select
+efficiency       ``results/efficiency/{dataset}/{backbone}.json``,            efficiency,
+                 ``results/efficiency/synthetic.json``                        efficiency_synthetic
+frontier         ``results/frontier/{dataset}/{backbone}.json``               frontier
+===============  ===========================================================  ======================
 
 A file of another format (written by an older version of the workflow, or not a record at all) is
 refused with a :class:`RecordError` that names the file, both formats and what to rerun. Bump a
@@ -30,14 +31,15 @@ from typing import Any, Mapping
 from .atomic import read_json, write_json
 
 VERSIONS = {
-    "source": 1, "splits": 1, "embeddings": 1, "triplets": 1, "checkpoint": 2, "result": 2, "selection": 1,
-    "efficiency": 1, "frontier": 1,
+    "source": 1, "splits": 1, "embeddings": 1, "embedding_shard": 1, "triplets": 1, "checkpoint": 2, "result": 2,
+    "selection": 1, "efficiency": 1, "frontier": 1,
 }  # checkpoints written before this module were tagged dive-pipeline-checkpoint/1: refused like any other
 # checkpoint/2, result/2: the training precision (fp32 | bf16) in the checkpoint meta and the result
 FORMATS = {kind: f"dive-pipeline/{kind}/{v}" for kind, v in VERSIONS.items()}
 
 RULES = {
-    "source": "stage_beir", "splits": "make_splits", "embeddings": "embed", "triplets": "triplets",
+    "source": "stage_beir", "splits": "make_splits", "embeddings": "embed", "embedding_shard": "embed_part",
+    "triplets": "triplets",
     "checkpoint": "train", "result": "evaluate", "selection": "select", "efficiency": "efficiency",
     "frontier": "frontier",
 }
@@ -48,6 +50,7 @@ FIELDS = {
     "splits": ("dataset", "seed", "fractions", "counts", "source_fingerprint", "stages", "document_overlap",
                "identical_ids", "ids", "qrels"),
     "embeddings": ("content_sha256",),  # + what rule embed adds: backbone, dim, dataset, source_fingerprint, ...
+    "embedding_shard": ("part", "shard", "shards", "inputs_key", "n_docs", "n_queries", "dim", "seconds"),
     "triplets": ("dataset", "backbone", "stage", "negatives", "splits_sha256", "source_fingerprint", "tsv_sha256",
                  "stats"),
     "checkpoint": ("type", "d", "k", "seed", "hparams", "state", "state_sha256", "meta"),

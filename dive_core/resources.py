@@ -68,3 +68,54 @@ def synthetic_mb(efficiency: Mapping) -> float:
     syn = efficiency["synthetic"]
     largest = max(max(syn["docs"]) * max(syn["dims"]), syn["large_docs"] * max(syn["large_dims"] or [0]))
     return largest * 4 / 2**20 + efficiency["bandwidth_mb"]
+
+
+# ---- will the cluster ever run it? ------------------------------------------------------------
+SINFO_FORMAT = "%N|%P|%c|%m|%G"  # node, partition (default marked *), CPUs, memory MB, gres
+
+
+def parse_sinfo(text: str) -> list[dict]:
+    """Nodes from ``sinfo -h -N -o '%N|%P|%c|%m|%G'``: name, partition, default (bool), cpus,
+    mem_mb and gpus (the count of ``gpu`` generic resources)."""
+    import re
+
+    nodes = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, part, cpus, mem, gres = (line.split("|") + [""] * 5)[:5]
+        gpus = sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,(]+)?:(\d+)", gres))
+        nodes.append({"node": name, "partition": part.rstrip("*"), "default": part.endswith("*"),
+                      "cpus": int(re.sub(r"\D", "", cpus) or 0), "mem_mb": int(re.sub(r"\D", "", mem) or 0),
+                      "gpus": gpus})
+    return nodes
+
+
+def unschedulable(jobs, nodes: list[dict]) -> list[str]:
+    """Why each job of ``jobs`` fits no node of its partition (none: every job fits).
+
+    A job is ``{"job": name, "partition": str | None (the default), "cpus": int, "gpus": int,
+    "mem_mb": int | None (not known yet)}``. A cluster leaves such a job pending for ever (or
+    refuses it, depending on its EnforcePartLimits), so the workflow names it before submitting."""
+    problems = []
+    for job in jobs:
+        part = job.get("partition") or next((n["partition"] for n in nodes if n["default"]), None)
+        pool = [n for n in nodes if n["partition"] == part]
+        if not pool:
+            problems.append(f"{job['job']}: partition {part!r} has no nodes (sinfo lists "
+                            f"{sorted({n['partition'] for n in nodes})})")
+            continue
+        want = {"cpus": job["cpus"], "gpus": job["gpus"], "mem_mb": job.get("mem_mb")}
+        if any(all(v is None or n[k] >= v for k, v in want.items()) for n in pool):
+            continue
+        most = {k: max(n[k] for n in pool) for k in want}
+        unit = {"cpus": "CPU(s)", "gpus": "GPU(s)", "mem_mb": "MB memory"}
+        short = ", ".join(f"{v} {unit[k]}" for k, v in want.items() if v is not None and v > most[k])
+        if not short:  # each fits somewhere, never all on one node
+            asked = ", ".join(f"{v} {unit[k]}" for k, v in want.items() if v)
+            problems.append(f"{job['job']}: asks for {asked} together, which no single node of partition "
+                            f"{part!r} has")
+            continue
+        problems.append(f"{job['job']}: asks for {short}; the nodes of partition {part!r} have at most "
+                        + ", ".join(f"{most[k]} {unit[k]}" for k in want))
+    return problems

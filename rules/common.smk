@@ -1,13 +1,7 @@
 # Shared definitions: the config as the plan sees it, the artifact paths (one definition of every
 # file jobs pass to each other), and thin input functions that turn dive_core.plan's runs into paths.
 import os
-import sys
 
-# The Snakefile imports dive_core from this checkout; workflow scripts (local, conda or cluster
-# jobs) find it through workflow_scripts/_dive_path.py, which each of them imports first.
-sys.path.insert(0, workflow.basedir)
-
-from dive_core import config as dcfg
 from dive_core import plan, records, resources
 
 # the defaults file's key order, however the config was composed: same settings, same params
@@ -31,6 +25,7 @@ wildcard_constraints:
     negatives=plan.NEGATIVES_WILDCARD,
     experiment=r"[A-Za-z0-9][A-Za-z0-9_.+-]*",
     study="|".join(plan.SELECTION_STUDIES),
+    part=r"queries|corpus\d+of\d+",
 
 
 # ---- artifact paths (documented in README.md; record formats in dive_core/records.py) --------
@@ -38,6 +33,7 @@ SOURCE = "data/beir/{dataset}/source.json"
 ZIP = "data/beir/_zips/{zipname}.zip"
 SPLITS = "results/{dataset}/splits.json"
 EMBEDDINGS = "results/{dataset}/{backbone}/embeddings.h5"
+EMBED_PART = "results/{dataset}/{backbone}/embed_parts/{part}.h5"  # temporary: one job of a sharded embed
 TRIPLETS = "results/{dataset}/{backbone}/triplets/{stage}-{negatives}.tsv"
 TRIPLETS_META = "results/{dataset}/{backbone}/triplets/{stage}-{negatives}.json"
 CHECKPOINT = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/model.pt"
@@ -92,6 +88,10 @@ def method_entry(method):
     if method not in config["methods"]:
         raise ValueError(f"method {method!r} is not defined under methods: in the config")
     return config["methods"][method]
+
+
+# scheduling-only keys of a backbone entry: they decide how the embedding is computed, never its vectors
+EMBED_SCHEDULING_KEYS = ("dims", "mem_mb", "shards")
 
 
 def backbone_spec(backbone, omit=()):
@@ -158,6 +158,17 @@ def query_instruction(wildcards):
 
 def hard_negatives(wildcards):
     return plan.parse_negatives(wildcards.negatives)[0] == "hard"
+
+
+def embed_parts(wildcards):
+    """The parts a sharded backbone's embedding is gathered from (none when `shards` is 1)."""
+    from dive_core.embeddings import part_name
+
+    n = backbone_spec(wildcards.backbone).get("shards", 1)
+    if n <= 1:
+        return []
+    names = [part_name(i, n) for i in range(1, n + 1)] + [part_name(None, n)]
+    return [EMBED_PART.format(dataset=wildcards.dataset, backbone=wildcards.backbone, part=p) for p in names]
 
 
 def triplet_inputs(wildcards):
@@ -241,3 +252,43 @@ def shown(path, caption, content):
         category="{experiment}",
         labels={"experiment": "{experiment}", "content": content},
     )
+
+
+# ---- before submitting to SLURM --------------------------------------------------------------
+def check_cluster_fit(jobs):
+    """Refuse to submit jobs that no node of their partition can run (they would wait for ever):
+    one line per rule, naming what it asks for and what the cluster has."""
+    import subprocess
+
+    from snakemake.exceptions import WorkflowError
+
+    try:
+        sinfo = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", resources.SINFO_FORMAT], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise WorkflowError(f"cannot list the cluster's nodes with sinfo: {exc}") from exc
+
+    def number(v):
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    requests = {}
+    for job in jobs:
+        if job.is_local or job.rule.name in requests:
+            continue
+        res = job.resources
+        requests[job.rule.name] = {
+            "job": f"rule {job.rule.name} ({', '.join(map(str, job.output))})",
+            "partition": res.get("slurm_partition"),
+            "cpus": number(res.get("cpus_per_task")) or job.threads,
+            "gpus": number(res.get("gpu")) or 0,
+            "mem_mb": number(res.get("mem_mb")),
+        }
+    problems = resources.unschedulable(list(requests.values()), resources.parse_sinfo(sinfo))
+    if problems:
+        raise WorkflowError(
+            "these jobs fit no node of the cluster and would wait for ever:\n  "
+            + "\n  ".join(problems)
+            + "\nOn a CPU-only cluster: --config gpu=0. Fewer CPUs: --config threads=N (or "
+            "--set-threads RULE=N). A partition: --default-resources slurm_partition=NAME."
+        )

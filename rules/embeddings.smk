@@ -1,9 +1,37 @@
 # Stage 3 - embeddings: frozen backbone vectors of the corpus and the judged queries (HDF5).
+# A backbone with `shards: N` > 1 embeds in N + 1 independent jobs (embed_part: corpus ranges
+# and the queries), which rule embed gathers into the same file an unsharded run writes.
+
+
+rule embed_part:
+    input:
+        SOURCE,
+    output:
+        temp(EMBED_PART),
+    log:
+        "logs/embed_part/{dataset}/{backbone}/{part}.log",
+    benchmark:
+        "logs/embed_part/{dataset}/{backbone}/{part}.bench.tsv"
+    conda:
+        "../envs/embed-gpu.yaml"
+    threads: config["threads"]["embed"]
+    resources:
+        gpu=config["gpu"]["embed"],
+        mem_mb=job_resource("embed", "mem_mb"),
+        runtime=job_resource("embed", "runtime"),
+    params:
+        record=records.FORMATS["embedding_shard"],  # a new record format reruns the job
+        spec=lambda wc: backbone_spec(wc.backbone, omit=EMBED_SCHEDULING_KEYS),
+        instruction=query_instruction,
+        device=config["device"],
+    script:
+        "../workflow_scripts/embed.py"
 
 
 rule embed:
     input:
-        SOURCE,
+        source=SOURCE,
+        parts=embed_parts,
     output:
         EMBEDDINGS,
     log:
@@ -14,12 +42,12 @@ rule embed:
         "../envs/embed-gpu.yaml"
     threads: config["threads"]["embed"]
     resources:
-        gpu=config["gpu"]["embed"],
+        gpu=lambda wc: 0 if embed_parts(wc) else config["gpu"]["embed"],  # a gather needs no GPU
         mem_mb=job_resource("embed", "mem_mb"),
         runtime=job_resource("embed", "runtime"),
     params:
         record=records.FORMATS["embeddings"],  # a new record format reruns the job
-        spec=lambda wc: backbone_spec(wc.backbone, omit=("dims", "mem_mb")),
+        spec=lambda wc: backbone_spec(wc.backbone, omit=EMBED_SCHEDULING_KEYS),
         instruction=query_instruction,
         device=config["device"],
     script:

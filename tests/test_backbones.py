@@ -16,11 +16,16 @@ import hashlib  # noqa: E402
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import h5py  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from dive_core.backbones import Backbone, build_backbone  # noqa: E402
-from dive_core.embeddings import embed_dataset, read_embeddings, write_embeddings  # noqa: E402
+from dive_core.embeddings import (  # noqa: E402
+    batch_rows, embed_dataset, embed_part, gather_embeddings, parse_part, part_name, read_embeddings,
+    shard_batches, write_embeddings)
+from dive_core.records import RecordError  # noqa: E402
 from tiny_llm import DEFAULT_WORDS as WORDS  # noqa: E402
 from tiny_llm import build_tiny_llama  # noqa: E402
 
@@ -381,6 +386,100 @@ def test_a_killed_embedding_resumes_and_gives_the_same_file_content(tmp_path):
     fresh = FakeBackbone()
     run_embed(fresh, tmp_path / "other.h5", doc_texts=changed)
     assert len([1 for kind, _ in fresh.calls if kind == "doc"]) == 3
+
+
+# ---------------------------------------------------------------------- sharded embedding
+def run_part(bb, part, out, doc_texts=DOC_TEXTS):
+    return embed_part(bb, part, DOC_IDS, doc_texts, QUERY_IDS, QUERY_TEXTS, out, batch_size=3,
+                      extra_attrs={"dataset": "toy", "source_fingerprint": FINGERPRINT, "versions": VERSIONS,
+                                   "runtime": {"host": part}},
+                      progress=False)
+
+
+def run_sharded(bb, folder, shards, **kw):
+    paths = [folder / f"{part_name(i, shards)}.h5" for i in range(1, shards + 1)] + [folder / "queries.h5"]
+    for p in paths:
+        run_part(bb, p.stem, p, **kw)
+    return paths
+
+
+def test_shard_batches_cover_every_batch_once_in_contiguous_ranges():
+    # 7 texts, batch size 3: batches 0 (3 longest), 1 (next 3), 2 (shortest)
+    assert [list(shard_batches(3, i, 3)) for i in (1, 2, 3)] == [[0], [1], [2]]
+    assert [list(shard_batches(3, i, 2)) for i in (1, 2)] == [[0], [1, 2]]
+    assert [list(shard_batches(3, i, 5)) for i in range(1, 6)] == [[], [0], [], [1], [2]]
+    for n_batches in (1, 7, 100):
+        for shards in (1, 3, 8):
+            got = [b for i in range(1, shards + 1) for b in shard_batches(n_batches, i, shards)]
+            assert got == list(range(n_batches))
+    with pytest.raises(ValueError, match="numbered 1..3"):
+        shard_batches(3, 0, 3)
+    assert list(batch_rows(DOC_TEXTS, 3, [2])) == [5]  # the empty text, alone in the last batch
+    assert part_name(2, 3) == "corpus2of3" and parse_part("corpus2of3") == (2, 3)
+    assert parse_part("queries") == (None, None)
+    with pytest.raises(ValueError, match="expected 'queries' or 'corpus<i>of<n>'"):
+        parse_part("corpus2")
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 5])
+def test_shards_gather_to_the_unsharded_file(tmp_path, shards):
+    full = run_embed(FakeBackbone(), tmp_path / "full.h5")["content_sha256"]
+    bb = FakeBackbone()
+    paths = run_sharded(bb, tmp_path / "parts", shards)
+    # each document batch of the unsharded run is encoded exactly once, with the same texts
+    unsharded = FakeBackbone()
+    run_embed(unsharded, tmp_path / "again.h5")
+    assert sorted(map(tuple, (t for k, t in bb.calls if k == "doc"))) == \
+        sorted(map(tuple, (t for k, t in unsharded.calls if k == "doc")))
+    out = tmp_path / "emb.h5"
+    info = gather_embeddings(paths[::-1], out)  # the order of the inputs does not matter
+    assert info == {"content_sha256": full, "shards": shards}
+    e = read_embeddings(out, normalize=False)
+    ref = read_embeddings(tmp_path / "full.h5", normalize=False)
+    assert e.doc_ids == DOC_IDS and e.query_ids == QUERY_IDS
+    assert np.array_equal(e.docs, ref.docs) and np.array_equal(e.queries, ref.queries)
+    assert e.attrs["shards"] == shards and e.attrs["backbone"] == "fake-bb" and e.attrs["dataset"] == "toy"
+    assert sorted(e.attrs["part_runtimes"]) == sorted(p.stem for p in paths)
+    assert "inputs_key" not in e.attrs and "part" not in e.attrs
+
+
+def test_gather_refuses_missing_duplicate_and_foreign_parts(tmp_path):
+    paths = run_sharded(FakeBackbone(), tmp_path / "a", 3)
+    out = tmp_path / "emb.h5"
+    with pytest.raises(ValueError, match=r"expected shards 1..3 of 3"):
+        gather_embeddings([paths[0], paths[2], paths[3]], out)
+    with pytest.raises(ValueError, match="no queries part"):
+        gather_embeddings(paths[:3], out)
+    with pytest.raises(ValueError, match="the same part 'corpus1of3' twice"):
+        gather_embeddings(paths + [paths[0]], out)
+    changed = list(DOC_TEXTS)
+    changed[1] = "another text"
+    other = run_sharded(FakeBackbone(), tmp_path / "b", 3, doc_texts=changed)
+    with pytest.raises(ValueError, match="embedded from other inputs"):
+        gather_embeddings([other[0]] + paths[1:], out)
+    two = run_sharded(FakeBackbone(), tmp_path / "c", 2)
+    with pytest.raises(ValueError, match="expected shards 1..2 of 2|each once"):
+        gather_embeddings([two[0], paths[1], paths[2], paths[3]], out)
+    with h5py.File(paths[3], "r+") as f:
+        f.attrs["format"] = "dive-pipeline/embedding_shard/0"
+    with pytest.raises(RecordError, match="embedding_shard record of format"):
+        gather_embeddings(paths, out)
+    assert not out.exists()
+
+
+def test_a_killed_shard_resumes_and_gives_the_same_part(tmp_path):
+    folder = tmp_path / "parts"
+    ref = run_sharded(FakeBackbone(), tmp_path / "ref", 2)
+    out = folder / "corpus2of2.h5"  # batches 1 and 2
+    with pytest.raises(KeyboardInterrupt):
+        run_part(CrashingBackbone(after=1), "corpus2of2", out)
+    assert not out.exists() and (folder / "corpus2of2.h5.partial" / "part.done").read_text().split() == ["1"]
+    again = FakeBackbone()
+    run_part(again, "corpus2of2", out)
+    assert [len(t) for kind, t in again.calls if kind == "doc"] == [1]  # only batch 2
+    with h5py.File(out) as a, h5py.File(ref[1]) as b:
+        assert np.array_equal(a["emb"][()], b["emb"][()]) and np.array_equal(a["rows"][()], b["rows"][()])
+    assert not (folder / "corpus2of2.h5.partial").exists()
 
 
 def test_inconsistent_inputs_and_files_rejected(tmp_path):

@@ -44,3 +44,44 @@ def test_data_mb_counts_a_staged_folder_and_waits_for_missing_inputs(tmp_path):
     assert math.isclose(text, 1.5 + 2 / 2**20) and matrix == 3.0
     assert resources.data_mb([emb, tmp_path / "not-yet.tsv"]) is None
     assert resources.data_mb([]) == (0.0, 0.0)
+
+
+SINFO = """gpu01|gpu|64|512000|gpu:a100:4(S:0-1)
+gpu02|gpu|64|512000|gpu:h100:8
+cpu01|cpu*|32|256000|(null)
+cpu02|cpu*|16|128000|(null)
+"""
+
+
+def test_parse_sinfo_reads_cpus_memory_gpus_and_the_default_partition():
+    nodes = resources.parse_sinfo(SINFO)
+    assert [(n["node"], n["partition"], n["default"], n["cpus"], n["mem_mb"], n["gpus"]) for n in nodes] == [
+        ("gpu01", "gpu", False, 64, 512000, 4), ("gpu02", "gpu", False, 64, 512000, 8),
+        ("cpu01", "cpu", True, 32, 256000, 0), ("cpu02", "cpu", True, 16, 128000, 0)]
+    # the one-node test cluster (tools/slurm_localhost.sh): `sinfo -h -N -o '%N|%P|%c|%m|%G'`
+    assert resources.parse_sinfo("vm|debug*|2|24105|(null)\n") == [
+        {"node": "vm", "partition": "debug", "default": True, "cpus": 2, "mem_mb": 24105, "gpus": 0}]
+
+
+def test_unschedulable_names_each_job_that_no_node_of_its_partition_fits():
+    nodes = resources.parse_sinfo(SINFO)
+
+    def job(name, cpus=2, gpus=0, mem_mb=None, partition=None):
+        return {"job": name, "cpus": cpus, "gpus": gpus, "mem_mb": mem_mb, "partition": partition}
+
+    fits = [job("a", 32), job("b", 2, mem_mb=256000), job("c", 64, 8, 512000, "gpu"), job("d", 16, mem_mb=None)]
+    assert resources.unschedulable(fits, nodes) == []
+    out = resources.unschedulable([job("embed", 8, 1), job("train", 33), job("big", 2, mem_mb=300000),
+                                   job("g", 2, 9, partition="gpu"), job("x", partition="nope")], nodes)
+    assert out == [
+        "embed: asks for 1 GPU(s); the nodes of partition 'cpu' have at most 32 CPU(s), 0 GPU(s), 256000 MB memory",
+        "train: asks for 33 CPU(s); the nodes of partition 'cpu' have at most 32 CPU(s), 0 GPU(s), 256000 MB memory",
+        "big: asks for 300000 MB memory; the nodes of partition 'cpu' have at most 32 CPU(s), 0 GPU(s), "
+        "256000 MB memory",
+        "g: asks for 9 GPU(s); the nodes of partition 'gpu' have at most 64 CPU(s), 8 GPU(s), 512000 MB memory",
+        "x: partition 'nope' has no nodes (sinfo lists ['cpu', 'gpu'])"]
+    # each resource on its own node is not enough: one node must hold them all
+    assert resources.unschedulable([job("mix", 64, 0, 600000, "gpu")], nodes)
+    two = resources.parse_sinfo("n1|p*|64|1000|(null)\nn2|p*|2|900000|(null)\n")
+    assert resources.unschedulable([job("both", 64, mem_mb=2000)], two) == [
+        "both: asks for 64 CPU(s), 2000 MB memory together, which no single node of partition 'p' has"]
