@@ -45,9 +45,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "slurm: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  # policy-rc.d keeps the packages' init scripts from starting daemons (started below instead)
-  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  # a policy-rc.d keeps the packages' init scripts from starting daemons (started below instead)
+  own_policy=false
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own_policy=true
+  fi
   apt-get install -y -qq --no-install-recommends "${PKGS[@]}" >/dev/null
+  if $own_policy; then rm -f /usr/sbin/policy-rc.d; fi
 fi
 t1=$(date +%s)
 stop
