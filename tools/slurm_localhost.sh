@@ -68,7 +68,7 @@ wait_for 10 munged sh -c 'munge -n | unmunge'
 
 # ---- MariaDB (slurmdbd's store) ---------------------------------------------------------------
 mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
-[ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+[ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/var/log/mariadb-install-db.log 2>&1
 if ! pgrep -x mariadbd >/dev/null; then
   (cd / && setsid /usr/sbin/mariadbd --user=mysql --datadir=/var/lib/mysql \
      --socket=/run/mysqld/mysqld.sock --skip-networking </dev/null >/var/log/mariadbd.log 2>&1 &)
