@@ -57,6 +57,12 @@ def content_sha256(path: Path) -> str:
         return f.attrs["content_sha256"]
 
 
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def shards_attr(path: Path):
     with h5py.File(path, "r") as f:
         return f.attrs.get("shards")
@@ -80,7 +86,7 @@ def cluster() -> None:
                     "start one with sudo tools/slurm_localhost.sh")
 
 
-def test_shard_embedding_locally_gathers_the_unsharded_file(local, tmp_path):
+def test_shard_embedding_locally_gathers_the_unsharded_file(local, tmp_path, capsys):
     """3 corpus shards + the queries part, each its own job, gathered by rule embed: the same
     content_sha256 as the unsharded file; the parts are temporary and gone afterwards."""
     proc = run(tmp_path, "--cores", "2", "--config", THREE_SHARDS, "--", EMBEDDINGS)
@@ -90,6 +96,9 @@ def test_shard_embedding_locally_gathers_the_unsharded_file(local, tmp_path):
         assert f"part=corpus{i}of3" in log
     assert content_sha256(tmp_path / EMBEDDINGS) == content_sha256(local / EMBEDDINGS)
     assert shards_attr(tmp_path / EMBEDDINGS) == 3 and shards_attr(local / EMBEDDINGS) is None
+    with capsys.disabled():
+        print(f"\nshards: embeddings content_sha256 3 shards {content_sha256(tmp_path / EMBEDDINGS)}, unsharded "
+              f"{content_sha256(local / EMBEDDINGS)}")
     assert not list((tmp_path / "results/scifact-tiny/minilm").glob("embed_parts/*.h5"))
 
 
@@ -105,12 +114,13 @@ def sacct(since: str) -> list[dict]:
     return [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line.strip()]
 
 
-def test_slurm_profile_as_shipped_runs_like_local_and_survives_a_lost_job(cluster, local, tmp_path):
+def test_slurm_profile_as_shipped_runs_like_local_and_survives_a_lost_job(cluster, local, tmp_path, capsys):
     """The target through profiles/slurm unchanged (plus `--config gpu=0`: this node has no GPU),
     with the embedding in 3 shard jobs. While the training job runs it is killed through SLURM
     (scancel); the profile's `retries` resubmits it and the run finishes with per-query results
     byte-identical to the local run, and the same embeddings."""
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    t0 = time.perf_counter()
     proc = subprocess.Popen(snakemake_cmd(tmp_path, "--profile", str(PROFILE), "--config", CPU_ONLY, THREE_SHARDS,
                                           "--", TARGET),
                             cwd=tmp_path, env=beir_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -135,6 +145,7 @@ def test_slurm_profile_as_shipped_runs_like_local_and_survives_a_lost_job(cluste
         if proc.poll() is None:
             proc.kill()
     watcher.join(timeout=5)
+    wall = time.perf_counter() - t0
     assert proc.returncode == 0, out[-8000:]
     assert killed, f"no training job was seen running:\n{out[-4000:]}"
 
@@ -146,12 +157,17 @@ def test_slurm_profile_as_shipped_runs_like_local_and_survives_a_lost_job(cluste
     assert rules.count("rule_train") == 2 and rules.count("rule_embed_part") == 4, rules
     assert {j["state"] for j in ours if j["id"] != killed[0]} == {"COMPLETED"}, ours
     assert all(int(j["cpus"]) <= 2 for j in ours)  # cpus-per-task = the job's threads (2), never more
-    print(f"\nSLURM: {len(ours)} jobs submitted, {len(ours) - 1} COMPLETED, train job {killed[0]} cancelled "
-          f"and resubmitted; rules: {rules}")
+    with capsys.disabled():  # into the CI log
+        print(f"\nSLURM: {len(ours)} jobs submitted, {len(ours) - 1} COMPLETED, train job {killed[0]} cancelled "
+              f"and resubmitted, {wall:.0f} s; rules: {rules}")
 
     assert (tmp_path / TARGET).read_bytes() == (local / TARGET).read_bytes()
     assert content_sha256(tmp_path / EMBEDDINGS) == content_sha256(local / EMBEDDINGS)
     assert shards_attr(tmp_path / EMBEDDINGS) == 3
+    with capsys.disabled():
+        print(f"SLURM: per_query.tsv sha256 {file_sha256(tmp_path / TARGET)} (local "
+              f"{file_sha256(local / TARGET)}); embeddings content_sha256 3 shards "
+              f"{content_sha256(tmp_path / EMBEDDINGS)} (local, unsharded {content_sha256(local / EMBEDDINGS)})")
 
 
 def test_slurm_job_no_node_can_run_is_reported_before_submission(cluster, tmp_path):
