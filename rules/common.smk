@@ -34,6 +34,7 @@ ZIP = "data/beir/_zips/{zipname}.zip"
 SPLITS = "results/{dataset}/splits.json"
 EMBEDDINGS = "results/{dataset}/{backbone}/embeddings.h5"
 EMBED_PART = "results/{dataset}/{backbone}/embed_parts/{part}.h5"  # temporary: one job of a sharded embed
+MODEL_DIR = "data/models/{backbone}"  # a backbone with `source:`: its pinned model folder (rule fetch_model)
 TRIPLETS = "results/{dataset}/{backbone}/triplets/{stage}-{negatives}.tsv"
 TRIPLETS_META = "results/{dataset}/{backbone}/triplets/{stage}-{negatives}.json"
 CHECKPOINT = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/model.pt"
@@ -68,7 +69,7 @@ def job_resource(kind, what, extra_mb=0):
     def resource(wildcards, input, attempt):
         from snakemake.common.tbdstring import TBDString
 
-        sizes = resources.data_mb(input)
+        sizes = resources.data_mb([p for p in input if not p.startswith(MODEL_DIR.split("{")[0])])
         if sizes is None:
             return TBDString()
         bb = backbone_spec(wildcards.backbone) if kind == "embed" else None
@@ -90,8 +91,8 @@ def method_entry(method):
     return config["methods"][method]
 
 
-# scheduling-only keys of a backbone entry: they decide how the embedding is computed, never its vectors
-EMBED_SCHEDULING_KEYS = ("dims", "mem_mb", "shards")
+# keys of a backbone entry that decide how the embedding is scheduled or fetched, never its vectors
+EMBED_SCHEDULING_KEYS = ("dims", "mem_mb", "shards", "source")
 
 
 def backbone_spec(backbone, omit=()):
@@ -158,6 +159,13 @@ def query_instruction(wildcards):
 
 def hard_negatives(wildcards):
     return plan.parse_negatives(wildcards.negatives)[0] == "hard"
+
+
+def model_folder(wildcards):
+    """The fetched model folder an embedding job reads (none for wheel-shipped or hub-cached models)."""
+    if "source" not in backbone_spec(wildcards.backbone):
+        return []
+    return MODEL_DIR.format(backbone=wildcards.backbone)
 
 
 def embed_parts(wildcards):

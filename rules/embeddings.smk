@@ -1,11 +1,27 @@
 # Stage 3 - embeddings: frozen backbone vectors of the corpus and the judged queries (HDF5).
+# A backbone with `source:` first gets its pinned model folder (fetch_model: a local rule, since
+# cluster nodes often have no internet; the weights' sha256 is checked before anything embeds).
 # A backbone with `shards: N` > 1 embeds in N + 1 independent jobs (embed_part: corpus ranges
 # and the queries), which rule embed gathers into the same file an unsharded run writes.
+
+
+rule fetch_model:
+    output:
+        directory(MODEL_DIR),
+    log:
+        "logs/fetch_model/{backbone}.log",
+    params:
+        source=lambda wc: backbone_spec(wc.backbone)["source"],
+        revision=lambda wc: backbone_spec(wc.backbone)["revision"],
+        weights_sha256=lambda wc: backbone_spec(wc.backbone)["weights_sha256"],
+    script:
+        "../workflow_scripts/fetch_model.py"
 
 
 rule embed_part:
     input:
         SOURCE,
+        model=model_folder,
     output:
         temp(EMBED_PART),
     log:
@@ -31,6 +47,7 @@ rule embed_part:
 rule embed:
     input:
         source=SOURCE,
+        model=model_folder,
         parts=embed_parts,
     output:
         EMBEDDINGS,

@@ -25,7 +25,7 @@ rule evaluate:
         record=records.FORMATS["result"],  # a new record format reruns the job
         top_k=config["evaluation"]["top_k"],
         config_snapshot=lambda wc: {
-            "backbone": backbone_spec(wc.backbone, omit=("mem_mb", "shards")),
+            "backbone": backbone_spec(wc.backbone, omit=("mem_mb", "shards", "source")),
             "split": config["split"],
             # this dataset's cap only: another dataset's cap must not rerun this one's jobs
             "triplets": {**config["triplets"], "max_per_query": plan.triplet_cap(config, wc.dataset)},

