@@ -167,27 +167,29 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"attribute value of type {type(o).__name__} is not JSON serialisable")
 
 
-def _split_attrs(attrs: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Non-scalar attributes become JSON strings, their names listed in :data:`JSON_ATTRS` so that
+def _write_attrs(f, attrs: Mapping[str, Any], kind: str, **fixed: Any) -> None:
+    """Write ``attrs`` on an HDF5 object, then ``fixed`` and the record ``kind``'s format tag.
+    Non-scalar attributes become JSON strings, their names listed in :data:`JSON_ATTRS` so that
     reading decodes exactly those (a plain string that happens to be valid JSON stays a string);
-    numpy scalars are stored as their Python value."""
-    plain: dict[str, Any] = {}
+    numpy scalars are stored as their Python value. The inverse is :func:`_read_attrs`."""
     json_keys: list[str] = []
     for k, v in attrs.items():
-        if k in (JSON_ATTRS, "format"):
+        if k in (JSON_ATTRS, "format", *fixed):
             raise ValueError(f"attribute name {k!r} is reserved")
         if isinstance(v, np.generic):
             v = v.item()
-        if isinstance(v, (str, int, float, bool)):
-            plain[k] = v
-        else:
-            plain[k] = json.dumps(v, sort_keys=True, default=_json_default)
+        if not isinstance(v, (str, int, float, bool)):
+            v = json.dumps(v, sort_keys=True, default=_json_default)
             json_keys.append(k)
-    return plain, json_keys
+        f.attrs[k] = v
+    f.attrs[JSON_ATTRS] = json.dumps(json_keys)
+    for k, v in fixed.items():
+        f.attrs[k] = v
+    f.attrs["format"] = records.FORMATS[kind]
 
 
 def _read_attrs(f) -> dict[str, Any]:
-    """An HDF5 object's attributes, JSON ones decoded (the inverse of :func:`_split_attrs`)."""
+    """An HDF5 object's attributes, JSON ones decoded (the inverse of :func:`_write_attrs`)."""
     raw = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
     json_keys = set(json.loads(raw.pop(JSON_ATTRS, "[]")))
     return {k: json.loads(v) if k in json_keys else (v.item() if isinstance(v, np.generic) else v)
@@ -216,7 +218,6 @@ def write_embeddings(
     if np.asarray(docs).shape[1] != np.asarray(queries).shape[1]:
         raise ValueError(f"corpus dim {np.asarray(docs).shape[1]} != queries dim "
                          f"{np.asarray(queries).shape[1]}")
-    plain, json_keys = _split_attrs(attrs)
     sha = content_sha256([(doc_ids, docs), (query_ids, queries)])
     str_dt = h5py.string_dtype("utf-8")
     with atomic_path(path, suffix=".h5.tmp") as tmp:
@@ -228,11 +229,7 @@ def write_embeddings(
                 ds = g.create_dataset("emb", shape=np.shape(mat), dtype=np.float32, track_times=False)
                 for s in range(0, len(mat), 65536):  # in row chunks: no second copy in memory
                     ds[s:s + 65536] = np.asarray(mat[s:s + 65536], dtype=np.float32)
-            for k, v in plain.items():
-                f.attrs[k] = v
-            f.attrs[JSON_ATTRS] = json.dumps(json_keys)
-            f.attrs["content_sha256"] = sha
-            f.attrs["format"] = records.FORMATS["embeddings"]
+            _write_attrs(f, attrs, "embeddings", content_sha256=sha)
     return sha
 
 
@@ -453,17 +450,13 @@ def embed_part(
     attrs = {**_backbone_attrs(backbone, batch_size, extra_attrs), "part": part, "shard": shard or 0,
              "shards": shards or 0, "inputs_key": key, "n_docs": len(doc_ids), "n_queries": len(query_ids),
              "seconds": round(seconds, 3)}
-    plain, json_keys = _split_attrs(attrs)
     with atomic_path(out_path, suffix=".h5.tmp") as tmp:
         with h5py.File(tmp, "w", track_order=True) as f:
             f.create_dataset("ids", data=np.asarray([ids[i] for i in rows], dtype=object),
                              dtype=h5py.string_dtype("utf-8"), track_times=False)
             f.create_dataset("rows", data=np.asarray(rows, dtype=np.int64), track_times=False)
             f.create_dataset("emb", data=np.asarray(mat, dtype=np.float32), track_times=False)
-            for k, v in plain.items():
-                f.attrs[k] = v
-            f.attrs[JSON_ATTRS] = json.dumps(json_keys)
-            f.attrs["format"] = records.FORMATS["embedding_shard"]
+            _write_attrs(f, attrs, "embedding_shard")
     del mat
     shutil.rmtree(work, ignore_errors=True)
     log.info("wrote %s: %s, %d rows, dim %d (%.1fs)", out_path, part, len(rows), backbone.dim, seconds)
