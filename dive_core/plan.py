@@ -160,15 +160,18 @@ def selection_reference(config: Mapping, study: str) -> str | None:
     return ref
 
 
-def selection_runs(config: Mapping, study: str) -> list[dict]:
-    """The validation (select-stage) runs a selection study reads: its candidates and its
-    reference, on the selection datasets at the selection seed, default backbone, primary
-    dimension. Never a final-stage run."""
+def selection_runs(config: Mapping, study: str, backbone: str | None = None) -> list[dict]:
+    """The validation (select-stage) runs a selection study reads on one backbone (default: the
+    default backbone): its candidates and its reference, on the selection datasets at the
+    selection seed, at the backbone's primary dimension. Never a final-stage run, never another
+    backbone's run: each backbone has its own selection record."""
     sel = selection_settings(config)
     methods = [n for cands in selection_candidates(config, study).values() for n, _ in cands]
     ref = selection_reference(config, study)
     methods += [ref] if ref else []
-    bb = config["backbone"]
+    bb = backbone or config["backbone"]
+    if bb not in config["backbones"]:
+        raise ConfigError(f"config: selection {study}: backbone {bb!r} is not defined under backbones")
     return [dict(dataset=ds, backbone=bb, method=m, k=method_k(config, bb, m, "primary"), stage="select",
                  seed=sel["seed"])
             for ds in sel["datasets"] for m in dict.fromkeys(methods)]
@@ -237,11 +240,25 @@ def expand(config: dict) -> None:
                 if name != base:
                     entry = {k: v for k, v in base_entries[base].items() if k != "selected"}
                     _add_method(config, name, {**entry, **over})
-    bb = config["backbones"][config["backbone"]]
     for ename, exp in (config.get("experiments") or {}).items():
         study = exp.get("study", "main")
+        backbones = list(exp.get("backbones") or [config["backbone"]])
+        for bname in backbones:
+            if bname not in config["backbones"]:
+                raise ConfigError(f"config: experiments.{ename}.backbones: {bname!r} is not defined under backbones")
         if study == "heads":
             base = exp.get("base", "dive")
+            if base not in base_entries:
+                raise ConfigError(f"config: experiments.{ename}.base = {base!r} is not defined under methods")
+            found = set()
+            for bname in backbones:  # the variants depend on k and d: one backbone, or backbones that agree
+                bb = config["backbones"][bname]
+                k = int(bb["dims"][exp.get("dim", "primary")])
+                found.add(tuple(heads_variants(config, base, exp.get("heads", [2, 4, 8]), k, int(bb["dim"]))[0]))
+            if len(found) > 1:
+                raise ConfigError(f"config: experiments.{ename}: backbones {backbones} admit different head counts "
+                                  f"at the {exp.get('dim', 'primary')} dimension; give each its own heads experiment")
+            bb = config["backbones"][backbones[0]]
             k = int(bb["dims"][exp.get("dim", "primary")])
             variants, note = heads_variants(config, base, exp.get("heads", [2, 4, 8]), k, int(bb["dim"]))
             for h, name in variants:
@@ -250,7 +267,11 @@ def expand(config: dict) -> None:
             exp["methods"] = [name for _, name in variants]
             exp["heads_note"] = note
         elif study == "lr_audit":
-            exp["methods"] = list(dict.fromkeys(run["method"] for run in selection_runs(config, "lr_audit")))
+            if len(backbones) != 1:
+                raise ConfigError(f"config: experiments.{ename}: an lr_audit experiment reads one backbone's "
+                                  f"selection record; give each of {backbones} its own experiment")
+            runs = selection_runs(config, "lr_audit", backbones[0])
+            exp["methods"] = list(dict.fromkeys(run["method"] for run in runs))
             exp["datasets"] = selection_settings(config)["datasets"]
             exp["seeds"] = [selection_settings(config)["seed"]]
             exp["stage"] = "select"
@@ -415,8 +436,8 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
 # --------------------------------------------------------------------------- the default-backbone guard
 def foreign_backbone_outputs(config: Mapping, patterns: Mapping[str, str], root: str | Path = ".") -> list[tuple[str, str]]:
     """``[(path, backbone)]`` of existing outputs whose paths carry no backbone (``patterns``: the
-    headline results, the selection JSONs and the default studies' per-run tables, as path
-    patterns with ``{wildcards}``) but hold another backbone's results than ``config["backbone"]``.
+    headline results and the default studies' per-run tables, as path patterns with
+    ``{wildcards}``) but hold another backbone's results than ``config["backbone"]``.
     Read leniently: a file of any format that names a backbone counts."""
     import csv
     import json
@@ -437,10 +458,6 @@ def foreign_backbone_outputs(config: Mapping, patterns: Mapping[str, str], root:
         bb = read(p).get("backbone")
         if bb and bb != want:
             found.append((str(p.relative_to(root)), bb))
-    for p in files(patterns["selection"]):  # inputs: results/{dataset}/{backbone}/...
-        inputs = read(p).get("inputs") or {}
-        other = sorted({Path(x).parts[2] for x in inputs if len(Path(x).parts) > 3} - {want})
-        found += [(str(p.relative_to(root)), bb) for bb in other]
     for name, exp in (config.get("experiments") or {}).items():
         p = Path(root) / patterns["runs_table"].format(experiment=name)
         if (exp or {}).get("backbones") or not p.exists():
@@ -462,5 +479,5 @@ def check_default_backbone(config: Mapping, patterns: Mapping[str, str], root: s
         f"config: backbone = {config['backbone']!r}, but outputs whose paths carry no backbone hold another "
         f"backbone's results: {shown}. Running would overwrite them. To add a backbone, keep `backbone:` and "
         "enable experiments.second_backbone (or give a study `backbones: [...]`): its runs and table get their "
-        "own paths. To switch the default backbone, first move results/tables, results/figures, "
-        "results/selection and the headline results results/<dataset>/<method>/ aside.")
+        "own paths. To switch the default backbone, first move results/tables, results/figures and the "
+        "headline results results/<dataset>/<method>/ aside.")

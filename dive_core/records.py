@@ -12,7 +12,7 @@ embedding_shard  ``results/{dataset}/{backbone}/embed_parts/{part}.h5``         
 triplets         ``.../triplets/{stage}-{negatives}.json`` (beside the TSV)   triplets
 checkpoint       ``.../{method}/k{k}/{stage}/seed{seed}/model.pt``            train
 result           ``.../seed{seed}/eval.json`` (and its headline copy)         evaluate
-selection        ``results/selection/{study}.json``                           select
+selection        ``results/selection/{backbone}/{study}.json``                select
 efficiency       ``results/efficiency/{dataset}/{backbone}.json``,            efficiency,
                  ``results/efficiency/synthetic.json``                        efficiency_synthetic
 frontier         ``results/frontier/{dataset}/{backbone}.json``               frontier
@@ -32,9 +32,10 @@ from .atomic import read_json, write_json
 
 VERSIONS = {
     "source": 1, "splits": 1, "embeddings": 1, "embedding_shard": 1, "triplets": 1, "checkpoint": 2, "result": 2,
-    "selection": 1, "efficiency": 1, "frontier": 1,
+    "selection": 2, "efficiency": 1, "frontier": 1,
 }  # checkpoints written before this module were tagged dive-pipeline-checkpoint/1: refused like any other
 # checkpoint/2, result/2: the training precision (fp32 | bf16) in the checkpoint meta and the result
+# selection/2: the backbone whose runs it selects on (a pick never trains another backbone's runs)
 FORMATS = {kind: f"dive-pipeline/{kind}/{v}" for kind, v in VERSIONS.items()}
 
 RULES = {
@@ -57,7 +58,7 @@ FIELDS = {
     "result": ("dataset", "backbone", "method", "method_type", "stage", "seed", "k", "d", "role", "n_queries",
                "metrics", "subsets", "diagnostics", "top_k", "identical_ids", "config", "fingerprints", "timings",
                "training", "versions", "runtime"),
-    "selection": ("study", "metric", "datasets", "seed", "methods", "inputs"),
+    "selection": ("study", "backbone", "metric", "datasets", "seed", "methods", "inputs"),
     "efficiency": ("dataset", "indexes", "bandwidth_gb_s", "versions", "runtime"),
     "frontier": ("dataset", "backbone", "n_queries", "rows", "versions", "runtime"),
 }

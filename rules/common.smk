@@ -43,7 +43,7 @@ EVAL_JSON = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/eval.
 PER_QUERY = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/per_query.tsv"
 EXPORT = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}/export"
 HEADLINE = "results/{dataset}/{method}/seed{seed}.json"
-SELECTION = "results/selection/{study}.json"
+SELECTION = "results/selection/{backbone}/{study}.json"  # each backbone selects for itself
 EFFICIENCY = "results/efficiency/{dataset}/{backbone}.json"
 SYNTHETIC = "results/efficiency/synthetic.json"
 FRONTIER = "results/frontier/{dataset}/{backbone}.json"
@@ -57,7 +57,7 @@ STUDY_JSON = {
 }  # plan.OWN_JSON_STUDIES: one per dataset, backbone
 
 # never overwrite another backbone's headline results and tables (their paths carry no backbone)
-plan.check_default_backbone(config, {"headline": HEADLINE, "selection": SELECTION, "runs_table": RUNS_TSV})
+plan.check_default_backbone(config, {"headline": HEADLINE, "runs_table": RUNS_TSV})
 
 
 # ---- job resources (every rule) ------------------------------------------------------------
@@ -131,7 +131,7 @@ def all_targets():
             if name == "main":
                 targets.append(HEADLINE.format(**run))
         targets.append(TABLE.format(experiment=name))
-    targets.append(SELECTION.format(study="dive_config"))
+    targets.append(SELECTION.format(backbone=config["backbone"], study="dive_config"))
     return list(dict.fromkeys(targets))
 
 
@@ -189,8 +189,8 @@ def triplet_inputs(wildcards):
 def train_inputs(wildcards):
     inputs = {"embeddings": EMBEDDINGS.format(**wildcards), "splits": SPLITS.format(**wildcards)}
     study = plan.selection_study(config, wildcards.method, wildcards.stage)
-    if study:  # hyperparameters picked on validation queries (selected: <study>/<method>)
-        inputs["selection"] = SELECTION.format(study=study)
+    if study:  # hyperparameters picked on this backbone's validation queries (selected: <study>/<method>)
+        inputs["selection"] = SELECTION.format(backbone=wildcards.backbone, study=study)
     return inputs | triplet_files(dict(wildcards), wildcards.method)
 
 
@@ -200,7 +200,7 @@ def headline_eval(wildcards):
 
 
 def selection_results(wildcards):
-    return [EVAL_JSON.format(**run) for run in plan.selection_runs(config, wildcards.study)]
+    return [EVAL_JSON.format(**run) for run in plan.selection_runs(config, wildcards.study, wildcards.backbone)]
 
 
 def _checkpoints(wildcards, runs, seed):
@@ -246,8 +246,8 @@ def table_inputs(wildcards):
         "per_query": [PER_QUERY.format(**r) for r in runs],
         "train_logs": [TRAIN_LOG.format(**r) for r in runs],
     }
-    if exp["study"] == "lr_audit":
-        inputs["selection"] = SELECTION.format(study="lr_audit")
+    if exp["study"] == "lr_audit":  # one backbone per audit experiment (plan.expand)
+        inputs["selection"] = SELECTION.format(backbone=exp["backbones"][0], study="lr_audit")
     return inputs
 
 

@@ -1,5 +1,6 @@
 # Stage 7 - selection: validation (select-stage) results -> the picked hyperparameters (JSON)
-# that final-stage jobs read. Its inputs are select-stage results only.
+# that final-stage jobs read. Its inputs are select-stage results of one backbone only; that
+# backbone's jobs alone read the pick.
 
 
 rule select:
@@ -8,7 +9,7 @@ rule select:
     output:
         SELECTION,
     log:
-        "logs/select/{study}.log",
+        "logs/select/{backbone}/{study}.log",
     conda:
         "../envs/report.yaml"
     resources:

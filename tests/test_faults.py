@@ -182,20 +182,15 @@ def test_a_default_backbone_switch_that_would_overwrite_results_is_refused(tmp_p
     from dive_core.config import ConfigError
 
     cfg = {"backbone": "llm2vec-mistral-7b", "experiments": {"main": {}, "second_backbone": {"backbones": ["x"]}}}
-    paths = {"headline": "results/{dataset}/{method}/seed{seed}.json", "selection": "results/selection/{study}.json",
-             "runs_table": "results/tables/{experiment}_runs.tsv"}
+    paths = {"headline": "results/{dataset}/{method}/seed{seed}.json", "runs_table": "results/tables/{experiment}_runs.tsv"}
     assert plan.foreign_backbone_outputs(cfg, paths, tmp_path) == []
     (tmp_path / "results/scifact/dive").mkdir(parents=True)
     (tmp_path / "results/scifact/dive/seed2027.json").write_text(json.dumps({"backbone": "minilm"}))
     (tmp_path / "results/tables").mkdir(parents=True)
     (tmp_path / "results/tables/main_runs.tsv").write_text("dataset\tbackbone\nscifact\tminilm\nscifact\tllm2vec-mistral-7b\n")
     (tmp_path / "results/tables/second_backbone_runs.tsv").write_text("dataset\tbackbone\nscifact\tx\n")
-    (tmp_path / "results/selection").mkdir(parents=True)
-    (tmp_path / "results/selection/lr_audit.json").write_text(json.dumps(
-        {"inputs": {"results/scifact/minilm/mrl/k64/select/seed2027/eval.json": "0" * 64}}))
     assert plan.foreign_backbone_outputs(cfg, paths, tmp_path) == [
-        ("results/scifact/dive/seed2027.json", "minilm"), ("results/selection/lr_audit.json", "minilm"),
-        ("results/tables/main_runs.tsv", "minilm")]
+        ("results/scifact/dive/seed2027.json", "minilm"), ("results/tables/main_runs.tsv", "minilm")]
     with pytest.raises(ConfigError, match=r"backbone = 'llm2vec-mistral-7b'.*results/scifact/dive/seed2027.json \(minilm\)"):
         plan.check_default_backbone(cfg, paths, tmp_path)
     # the backbone those outputs hold is accepted (tables of no configured experiment are not read)

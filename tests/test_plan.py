@@ -245,3 +245,55 @@ def test_value_checks_run_at_plan_time_without_building_a_method():
     with pytest.raises(dcfg.ConfigError, match=r"methods.dive .*hyperparameter 'heads' must be an integer >= 1 "
                                                r"\(a string was given"):
         plan.check(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"))
+
+
+# -- the second backbone (config/paper.yaml) ------------------------------------------------
+def paper_config():
+    cfg = copy.deepcopy(CONFIG)
+    _merge(cfg, dcfg.load_yaml(REPO / "config" / "paper.yaml"))  # as snakemake's --configfile merges
+    plan.expand(cfg)
+    plan.check(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"))
+    return cfg
+
+
+def _merge(into, over):
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def test_paper_config_runs_mpnets_own_audit_heads_and_tuned_studies():
+    """mpnet's studies: H = 8 exists at 768d -> 64d (no replacement, unlike MiniLM), its audit
+    reads mpnet's select-stage runs only, and its tuned runs are mpnet runs at 64d and 128d."""
+    cfg = paper_config()
+    heads = plan.experiment(cfg, "heads_mpnet")
+    assert heads["methods"] == ["dive-h2", "dive", "dive-h8"] and heads["heads_note"] == ""
+    assert plan.experiment(cfg, "heads")["methods"] == ["dive-h2", "dive", "dive-h6"]  # MiniLM's own
+    audit = plan.experiment_runs(cfg, "lr_audit_mpnet")
+    assert {r["backbone"] for r in audit} == {"mpnet"} and {r["stage"] for r in audit} == {"select"}
+    assert {r["k"] for r in audit} == {64} and {r["dataset"] for r in audit} == {"scifact", "nfcorpus"}
+    assert [r["method"] for r in plan.selection_runs(cfg, "lr_audit", "mpnet")] == \
+        [r["method"] for r in plan.selection_runs(cfg, "lr_audit")]  # the same candidates, each backbone its own runs
+    assert {r["backbone"] for r in plan.selection_runs(cfg, "lr_audit")} == {"minilm"}
+    assert {(r["backbone"], r["k"]) for r in plan.selection_runs(cfg, "lr_audit", "mpnet")} == {("mpnet", 64)}
+    ks = {(r["method"], r["k"]) for name in ("tuned_mpnet", "tuned_mpnet_secondary")
+          for r in plan.experiment_runs(cfg, name)}
+    assert ("dive", 64) in ks and ("dive", 128) in ks and ("mrl-tuned", 128) in ks and ("frozen", 768) in ks
+    assert {r["backbone"] for r in plan.experiment_runs(cfg, "second_backbone")} == {"mpnet"}
+
+
+def test_a_heads_or_audit_experiment_over_backbones_that_disagree_is_refused():
+    cfg = copy.deepcopy(CONFIG)
+    cfg["experiments"]["heads"]["backbones"] = ["minilm", "mpnet"]  # {2, 4, 6} vs {2, 4, 8}
+    with pytest.raises(dcfg.ConfigError, match="experiments.heads: backbones .* admit different head counts"):
+        plan.expand(cfg)
+    cfg = copy.deepcopy(CONFIG)
+    cfg["experiments"]["lr_audit"]["backbones"] = ["minilm", "mpnet"]
+    with pytest.raises(dcfg.ConfigError, match="experiments.lr_audit: an lr_audit experiment reads one backbone"):
+        plan.expand(cfg)
+    cfg = copy.deepcopy(CONFIG)
+    cfg["experiments"]["lr_audit"]["backbones"] = ["nope"]
+    with pytest.raises(dcfg.ConfigError, match="experiments.lr_audit.backbones: 'nope' is not defined"):
+        plan.expand(cfg)

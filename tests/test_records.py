@@ -55,7 +55,7 @@ def test_a_writer_cannot_leave_out_a_field_and_writes_nothing(tmp_path):
 def test_a_record_of_another_kind_is_refused(tmp_path):
     path = tmp_path / "splits.json"
     records.write("selection", path, body("selection"))
-    with pytest.raises(RecordError, match="splits record of format 'dive-pipeline/selection/1'"):
+    with pytest.raises(RecordError, match="splits record of format 'dive-pipeline/selection/2'"):
         records.read("splits", path)
 
 

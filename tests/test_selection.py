@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from dive_core import report
+from dive_core.config import ConfigError
 from dive_core.selection import apply_selection, select
 
 
 # -- selection -----------------------------------------------------------------------------
-def result(method, dataset, ndcg, stage="select", seed=2027):
-    return {"method": method, "dataset": dataset, "stage": stage, "seed": seed,
+def result(method, dataset, ndcg, stage="select", seed=2027, backbone="minilm"):
+    return {"method": method, "dataset": dataset, "backbone": backbone, "stage": stage, "seed": seed,
             "role": "validation" if stage == "select" else "test", "metrics": {"ndcg@10": ndcg}}
 
 
@@ -32,7 +33,7 @@ def test_select_by_hand():
     """Group mean first: lr1e-4 (0.50 + 0.20) / 2 = 0.35, lr2e-4 (0.40 + 0.35) / 2 = 0.375,
     lr5e-4 (0.60 + 0.05) / 2 = 0.325 -> mrl (2e-4). Without the grouping lr5e-4's 0.60 would
     win either: means over the three datasets would be 0.30, 0.367, 0.233."""
-    out = select("lr_audit", CANDS, validation(SCORES), ["a", "cq1", "cq2"], 2027, GROUPS, "dive")
+    out = select("lr_audit", CANDS, validation(SCORES), ["a", "cq1", "cq2"], 2027, GROUPS, "dive", backbone="minilm")
     means = [c["mean"] for c in out["methods"]["mrl"]["candidates"]]
     assert means == pytest.approx([0.35, 0.375, 0.325])
     assert out["methods"]["mrl"]["pick"] == {"method": "mrl", "overrides": {"lr": 2e-4}, "mean": pytest.approx(0.375)}
@@ -42,19 +43,19 @@ def test_select_by_hand():
 def test_changing_one_validation_score_changes_the_pick():
     scores = dict(SCORES)
     scores[("mrl-lr5e-04", "cq2")] = 0.45  # lr5e-4: (0.60 + 0.25) / 2 = 0.425 > 0.375
-    out = select("lr_audit", CANDS, validation(scores), ["a", "cq1", "cq2"], 2027, GROUPS)
+    out = select("lr_audit", CANDS, validation(scores), ["a", "cq1", "cq2"], 2027, GROUPS, backbone="minilm")
     assert out["methods"]["mrl"]["pick"]["overrides"] == {"lr": 5e-4}
 
 
 def test_select_ties_go_to_the_earlier_candidate_and_test_results_are_refused():
     flat = {(m, "a"): 0.5 for m, _ in CANDS["mrl"]}
-    out = select("lr_audit", CANDS, validation(flat), ["a"], 2027)
+    out = select("lr_audit", CANDS, validation(flat), ["a"], 2027, backbone="minilm")
     assert out["methods"]["mrl"]["pick"]["method"] == "mrl-lr1e-04"
     leak = validation(flat) + [result("mrl", "a", 0.9, stage="final")]
     with pytest.raises(ValueError, match="only validation results may select"):
-        select("lr_audit", CANDS, leak, ["a"], 2027)
+        select("lr_audit", CANDS, leak, ["a"], 2027, backbone="minilm")
     with pytest.raises(ValueError, match="no validation result for mrl-lr1e-04 on b"):
-        select("lr_audit", CANDS, validation(flat), ["a", "b"], 2027)
+        select("lr_audit", CANDS, validation(flat), ["a", "b"], 2027, backbone="minilm")
 
 
 
@@ -66,6 +67,21 @@ def test_dataset_mean_averages_a_group_first():
 
 
 def test_apply_selection_overrides_the_configured_values():
-    hp, over = apply_selection({"lr": 2e-4, "alpha": 1.0}, {"methods": {"mrl": {"pick": {"overrides": {"lr": 5e-4}}}}},
-                               "lr_audit/mrl")
+    record = {"study": "lr_audit", "backbone": "minilm", "methods": {"mrl": {"pick": {"overrides": {"lr": 5e-4}}}}}
+    hp, over = apply_selection({"lr": 2e-4, "alpha": 1.0}, record, "lr_audit/mrl", "minilm")
     assert hp == {"lr": 5e-4, "alpha": 1.0} and over == {"lr": 5e-4}
+
+
+def test_a_pick_made_on_one_backbone_never_trains_another_backbones_runs():
+    """Selection is per backbone: the select job refuses another backbone's results, the record
+    names its backbone, and a training job of another backbone refuses the record."""
+    mixed = validation({k: v for k, v in SCORES.items() if k[0] != "dive"})
+    mixed[0] = {**mixed[0], "backbone": "mpnet"}
+    with pytest.raises(ValueError, match="is backbone 'mpnet'; a backbone selects on its own runs only"):
+        select("lr_audit", CANDS, mixed, ["a", "cq1", "cq2"], 2027, GROUPS, backbone="minilm")
+    out = select("lr_audit", CANDS, validation(SCORES), ["a", "cq1", "cq2"], 2027, GROUPS, backbone="minilm")
+    assert out["backbone"] == "minilm"
+    with pytest.raises(ConfigError, match="made on backbone 'minilm'; a run of backbone 'mpnet'.*"
+                                          "results/selection/mpnet/lr_audit.json"):
+        apply_selection({"lr": 2e-4}, out, "lr_audit/mrl", "mpnet")
+    assert apply_selection({"lr": 2e-4}, out, "lr_audit/mrl", "minilm")[1] == {"lr": 2e-4}

@@ -83,8 +83,8 @@ def test_every_stage_artifact_exists(workdir):
         "results/generated-tiny/minilm/embeddings.h5",
         "results/generated-tiny/minilm/triplets/final-random.tsv",
         "results/generated-tiny/minilm/triplets/final-random.json",
-        "results/selection/lr_audit.json",
-        "results/selection/dive_config.json",
+        "results/selection/minilm/lr_audit.json",
+        "results/selection/minilm/dive_config.json",
     ]
     for study in STUDIES:
         expected += [f"results/tables/{study}.md", f"results/tables/{study}.tsv",
@@ -105,7 +105,7 @@ def test_every_study_holds_numbers(workdir):
         md = (workdir / f"results/tables/{study}.md").read_text(encoding="utf-8")
         assert re.search(r"\b\d+\.\d{3}", md), study
         assert "nan" not in md.lower(), study
-    audit = json.loads((workdir / "results/selection/lr_audit.json").read_text())
+    audit = json.loads((workdir / "results/selection/minilm/lr_audit.json").read_text())
     assert sorted(audit["methods"]) == ["mrl", "search_adaptor", "smec"]
     for base, entry in audit["methods"].items():
         assert len(entry["candidates"]) == 3
@@ -200,24 +200,24 @@ def test_evaluation_agrees_with_beirs_evaluator(workdir):
 def test_the_lr_audit_reads_validation_results_only(workdir):
     """The select job's inputs name no final-stage file, and a validation score that changes
     changes the pick (the rule's own function on the workflow's own results)."""
-    out = snakemake(workdir, "-n", "-f", "results/selection/lr_audit.json").stdout
+    out = snakemake(workdir, "-n", "-f", "results/selection/minilm/lr_audit.json").stdout
     block = out.split("rule select:")[1].split("output:")[0]
     inputs = block.split("input:")[1].strip().split(", ")
     assert len(inputs) == 10 and all("/select/seed2027/eval.json" in p for p in inputs), inputs
     assert "/final/" not in block
     from dive_core.selection import select
 
-    audit = json.loads((workdir / "results/selection/lr_audit.json").read_text())
+    audit = json.loads((workdir / "results/selection/minilm/lr_audit.json").read_text())
     results = [json.loads((workdir / p).read_text()) for p in inputs]
     cands = {b: [(c["method"], c["overrides"]) for c in e["candidates"]] for b, e in audit["methods"].items()}
-    again = select("lr_audit", cands, results, [DS], 2027, reference="dive")
+    again = select("lr_audit", cands, results, [DS], 2027, reference="dive", backbone="minilm")
     assert {b: e["pick"] for b, e in again["methods"].items()} == {b: e["pick"] for b, e in audit["methods"].items()}
     loser = next(c["method"] for c in audit["methods"]["smec"]["candidates"]
                  if c["method"] != audit["methods"]["smec"]["pick"]["method"])
     for r in results:
         if r["method"] == loser:
             r["metrics"]["ndcg@10"] = 1.0
-    changed = select("lr_audit", cands, results, [DS], 2027)
+    changed = select("lr_audit", cands, results, [DS], 2027, backbone="minilm")
     assert changed["methods"]["smec"]["pick"]["method"] == loser
 
 
@@ -398,7 +398,7 @@ def test_a_dive_grid_selects_without_a_dependency_cycle(tmp_path):
     jobs = job_stats(out)
     assert jobs["train"] == 3 and jobs["select"] == 1 and jobs["evaluate"] == 3, jobs  # 2 candidates + final
     final = out.split("wildcards: dataset=generated-tiny, backbone=minilm, method=dive, k=64, stage=final")[0]
-    assert "results/selection/dive_config.json" in final.rsplit("rule train:", 1)[1]
+    assert "results/selection/minilm/dive_config.json" in final.rsplit("rule train:", 1)[1]
 
 
 def test_bad_config_is_reported_with_its_key(tmp_path):

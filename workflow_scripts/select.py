@@ -7,8 +7,9 @@ from dive_core.selection import select
 log = runlog.setup(snakemake.log[0])
 p = snakemake.params
 results = [records.read("result", path) for path in snakemake.input.results]
-out = select(snakemake.wildcards.study, p.candidates, results, p.datasets, int(p.seed), groups=p.groups,
-             reference=p.reference)
+w = snakemake.wildcards
+out = select(w.study, p.candidates, results, p.datasets, int(p.seed), groups=p.groups, reference=p.reference,
+             backbone=w.backbone)
 out["inputs"] = {path: sha256_file(path) for path in snakemake.input.results}
 records.write("selection", snakemake.output[0], out)
 for base, entry in out["methods"].items():

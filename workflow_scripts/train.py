@@ -15,7 +15,7 @@ w, p, inp = snakemake.wildcards, snakemake.params, snakemake.input
 hp = p.hparams
 selected = None
 if "selection" in inp.keys():  # hyperparameters picked on validation queries (rule select)
-    hp, over = apply_selection(hp, records.read("selection", inp.selection), p.selected)
+    hp, over = apply_selection(hp, records.read("selection", inp.selection), p.selected, w.backbone)
     selected = {"from": p.selected, "overrides": over, "selection_sha256": sha256_file(inp.selection)}
     log.info("hyperparameters from %s: %s", inp.selection, over)
 device = pick_device(p.device)

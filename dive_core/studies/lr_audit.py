@@ -31,7 +31,7 @@ def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
             cell(ref["per_dataset"].get(ds, float("nan"))) for ds in datasets) + f" | {cell(ref['mean'])} | |")
     lines += ["", f"Validation queries (select stage), seed {sel.get('seed')}; selection by the unweighted mean "
               f"validation nDCG@10 over {', '.join(datasets)}. No test query is read. The picks are in "
-              "`results/selection/lr_audit.json`."]
+              f"`results/selection/{sel.get('backbone')}/lr_audit.json`."]
 
     def figure(path):
         plt = pyplot()
