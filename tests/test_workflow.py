@@ -505,6 +505,23 @@ def test_a_fetched_backbone_gets_its_pinned_folder_first_in_a_local_job(tmp_path
     assert "fetch_model" not in planned_jobs(tmp_path, "results/generated-tiny/minilm/dive/k64/final/seed2027/eval.json")
 
 
+def test_a_second_backbones_tuned_run_waits_for_its_own_audit(tmp_path):
+    """Selection is per backbone: mpnet's tuned baseline trains after mpnet's audit
+    (results/selection/mpnet/lr_audit.json), whose select job reads mpnet's validation runs
+    only; nothing of MiniLM's audit is planned or read."""
+    target = "results/generated-tiny/mpnet/mrl-tuned/k64/final/seed2027/eval.json"
+    out = snakemake(tmp_path, "-n", target)
+    text = out.stdout + out.stderr
+    select = text.split("rule select:")[1].split("wildcards:")[0]
+    assert "output: results/selection/mpnet/lr_audit.json" in select
+    inputs = select.split("input:")[1].split("output:")[0].strip().split(", ")
+    assert len(inputs) == 10 and all(p.startswith("results/generated-tiny/mpnet/") and "/k64/select/" in p
+                                     for p in inputs), inputs
+    train = text.split("wildcards: dataset=generated-tiny, backbone=mpnet, method=mrl-tuned, k=64, stage=final")[0]
+    assert "results/selection/mpnet/lr_audit.json" in train.rsplit("rule train:", 1)[1]
+    assert "selection/minilm" not in text and "/minilm/" not in text
+
+
 def test_slurm_profile_plans_the_same_jobs(tmp_path):
     """profiles/slurm as shipped loads with this Snakemake and its SLURM executor plugin, plans the
     same jobs, asks for no conda (opt-in: --sdm conda) and for CPUs only through the jobs' threads;
