@@ -200,7 +200,9 @@ def headline_eval(wildcards):
 
 
 def selection_results(wildcards):
-    return [EVAL_JSON.format(**run) for run in plan.selection_runs(config, wildcards.study, wildcards.backbone)]
+    return [
+        EVAL_JSON.format(**run) for run in plan.selection_runs(config, wildcards.study, wildcards.backbone)
+    ]
 
 
 def _checkpoints(wildcards, runs, seed):
