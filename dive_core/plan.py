@@ -250,17 +250,15 @@ def expand(config: dict) -> None:
             base = exp.get("base", "dive")
             if base not in base_entries:
                 raise ConfigError(f"config: experiments.{ename}.base = {base!r} is not defined under methods")
-            found = set()
-            for bname in backbones:  # the variants depend on k and d: one backbone, or backbones that agree
+            per_backbone = {}  # the variants depend on k and d: one backbone, or backbones that agree
+            for bname in backbones:
                 bb = config["backbones"][bname]
                 k = int(bb["dims"][exp.get("dim", "primary")])
-                found.add(tuple(heads_variants(config, base, exp.get("heads", [2, 4, 8]), k, int(bb["dim"]))[0]))
-            if len(found) > 1:
+                per_backbone[bname] = heads_variants(config, base, exp.get("heads", [2, 4, 8]), k, int(bb["dim"]))
+            if len({tuple(variants) for variants, _ in per_backbone.values()}) > 1:
                 raise ConfigError(f"config: experiments.{ename}: backbones {backbones} admit different head counts "
                                   f"at the {exp.get('dim', 'primary')} dimension; give each its own heads experiment")
-            bb = config["backbones"][backbones[0]]
-            k = int(bb["dims"][exp.get("dim", "primary")])
-            variants, note = heads_variants(config, base, exp.get("heads", [2, 4, 8]), k, int(bb["dim"]))
+            variants, note = per_backbone[backbones[0]]
             for h, name in variants:
                 if name != base:
                     _add_method(config, name, {**base_entries[base], "heads": h})
