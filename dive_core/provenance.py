@@ -63,7 +63,14 @@ def cpu_flags() -> list[str]:
     return []
 
 
+# environment variables that change how many threads the math libraries use or which kernels they pick
+THREAD_ENV = ("OMP_NUM_THREADS", "OMP_DYNAMIC", "MKL_NUM_THREADS", "MKL_DYNAMIC", "MKL_CBWR", "OPENBLAS_CORETYPE",
+              "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+
+
 def runtime(threads: int | None = None) -> dict:
+    """Where numbers were computed: machine, CPU and its SIMD flags, the configured threads and
+    the threads and kernel ISA torch actually used, the math libraries' environment, the GPU."""
     import torch
 
     return {
@@ -73,6 +80,9 @@ def runtime(threads: int | None = None) -> dict:
         "cpu_flags": cpu_flags(),
         "cpu_count": os.cpu_count(),
         "torch_threads": threads if threads is not None else torch.get_num_threads(),
+        "torch_num_threads": torch.get_num_threads(),  # what torch uses now (torch_threads: what was asked)
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the ISA of torch's CPU kernels
+        "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ},
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "git_commit": git_commit(Path(__file__).resolve().parent.parent),
     }
