@@ -32,10 +32,10 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from dive_core.config import load_yaml
-    from dive_core.provenance import runtime
+    from dive_core.provenance import cpu_model
 
     spec = load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")["backbones"][a.backbone]
-    print(f"{a.backbone}: cpu {runtime(a.threads).get('cpu')}, threads {a.threads}, torch {torch.__version__}",
+    print(f"{a.backbone}: cpu {cpu_model()}, threads {a.threads}, torch {torch.__version__}",
           flush=True)
     root = Path(os.environ.get("BEIR_DATA_DIR", "../shared/data/beir")) / "scifact"
     ds = load_beir(root)

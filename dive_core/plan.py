@@ -169,9 +169,7 @@ def selection_runs(config: Mapping, study: str, backbone: str | None = None) -> 
     methods = [n for cands in selection_candidates(config, study).values() for n, _ in cands]
     ref = selection_reference(config, study)
     methods += [ref] if ref else []
-    bb = backbone or config["backbone"]
-    if bb not in config["backbones"]:
-        raise ConfigError(f"config: selection {study}: backbone {bb!r} is not defined under backbones")
+    bb = defined_backbone(config, backbone or config["backbone"], f"selection {study}: backbone")
     return [dict(dataset=ds, backbone=bb, method=m, k=method_k(config, bb, m, "primary"), stage="select",
                  seed=sel["seed"])
             for ds in sel["datasets"] for m in dict.fromkeys(methods)]
@@ -242,10 +240,7 @@ def expand(config: dict) -> None:
                     _add_method(config, name, {**entry, **over})
     for ename, exp in (config.get("experiments") or {}).items():
         study = exp.get("study", "main")
-        backbones = list(exp.get("backbones") or [config["backbone"]])
-        for bname in backbones:
-            if bname not in config["backbones"]:
-                raise ConfigError(f"config: experiments.{ename}.backbones: {bname!r} is not defined under backbones")
+        backbones = experiment_backbones(config, ename, exp)
         if study == "heads":
             base = exp.get("base", "dive")
             if base not in base_entries:
@@ -302,8 +297,23 @@ def experiment(config: Mapping, name: str) -> dict:
     exp.setdefault("dim", "primary")
     exp.setdefault("enabled", True)
     exp.setdefault("methods", [])
-    exp["backbones"] = list(exp.get("backbones") or [config["backbone"]])
+    exp["backbones"] = experiment_backbones(config, name, exp)
     return exp
+
+
+def experiment_backbones(config: Mapping, name: str, exp: Mapping) -> list[str]:
+    """An experiment's ``backbones`` (default: ``[backbone]``), each defined under ``backbones:``;
+    an unknown one is refused, naming its key."""
+    if not exp.get("backbones"):
+        return [defined_backbone(config, config["backbone"], "backbone")]
+    return [defined_backbone(config, b, f"experiments.{name}.backbones:") for b in exp["backbones"]]
+
+
+def defined_backbone(config: Mapping, backbone: str, where: str) -> str:
+    """``backbone`` if it is defined under ``backbones:``; else a ConfigError that names ``where``."""
+    if backbone not in config["backbones"]:
+        raise ConfigError(f"config: {where} {backbone!r} is not defined under backbones")
+    return backbone
 
 
 def enabled_experiments(config: Mapping) -> list[str]:
@@ -388,8 +398,7 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
         if ds not in registry:
             raise ConfigError(f"config: datasets[{i}] = {ds!r} is not in the dataset registry "
                               f"({config.get('dataset_registry')}); known: {sorted(registry)}")
-    if config["backbone"] not in config["backbones"]:
-        raise ConfigError(f"config: backbone {config['backbone']!r} is not defined under backbones")
+    defined_backbone(config, config["backbone"], "backbone")
     fr = config["split"]["fractions"]
     if abs(sum(fr) - 1.0) > 1e-9:
         raise ConfigError(f"config: split.fractions {fr} must sum to 1")
@@ -418,9 +427,7 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
             continue  # times config `efficiency.method` against frozen
         if not exp["methods"]:
             raise ConfigError(f"config: experiments.{ename} has no methods")
-        for bname in exp["backbones"]:
-            if bname not in config["backbones"]:
-                raise ConfigError(f"config: experiments.{ename}.backbones: {bname!r} is not defined under backbones")
+        for bname in exp["backbones"]:  # each defined (experiment_backbones)
             d = int(config["backbones"][bname]["dim"])
             for mname in exp["methods"]:
                 check_method(config, mname, d, method_k(config, bname, mname, exp["dim"]),

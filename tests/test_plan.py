@@ -249,19 +249,13 @@ def test_value_checks_run_at_plan_time_without_building_a_method():
 
 # -- the second backbone (config/paper.yaml) ------------------------------------------------
 def paper_config():
+    from snakemake.utils import update_config  # the merge of --configfile itself
+
     cfg = copy.deepcopy(CONFIG)
-    _merge(cfg, dcfg.load_yaml(REPO / "config" / "paper.yaml"))  # as snakemake's --configfile merges
+    update_config(cfg, dcfg.load_yaml(REPO / "config" / "paper.yaml"))  # what --configfile does
     plan.expand(cfg)
     plan.check(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"))
     return cfg
-
-
-def _merge(into, over):
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
 
 
 def test_paper_config_runs_mpnets_own_audit_heads_and_tuned_studies():
