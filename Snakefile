@@ -1,6 +1,7 @@
 # DIVE pipeline: supervised compression of frozen text embeddings, reproduced against its
 # baselines on BEIR. This file only loads and validates the configuration, includes the
 # stages and defines `all`; see README.md for the artifact layout.
+import copy
 import os
 import sys
 
@@ -11,6 +12,7 @@ from snakemake.utils import min_version, validate
 sys.path.insert(0, workflow.basedir)
 
 from dive_core import config as dcfg
+from dive_core import plan
 
 min_version("9.0")
 
@@ -23,15 +25,26 @@ DEFAULT_CONFIG = os.path.join(workflow.basedir, "config", "config.yaml")
 configfile: DEFAULT_CONFIG
 
 
-# --config values below the top level arrive as text: typed by the schema before validation;
-# `--config gpu=0` / `threads=N` stand for every rule (dive_core.config.command_line_values)
+# --config values below the top level arrive as text: typed by the schema (in a copy; Snakemake's
+# own `config` is never changed), `--config gpu=0` / `threads=N` stand for every rule
+# (dive_core.config.command_line_values); then validated, and resolved into the one read-only plan
+# that every rule and input function reads (dive_core.plan.resolve: generated method variants,
+# semantic checks, the defaults file's key order).
 SCHEMA = os.path.join(workflow.basedir, "config", "schema", "config.schema.yaml")
-_TYPED = dcfg.command_line_values(config, dcfg.load_yaml(SCHEMA), dcfg.load_yaml(DEFAULT_CONFIG))
-config.clear()
-config.update(_TYPED)
+CONFIG = dcfg.command_line_values(
+    copy.deepcopy(config), dcfg.load_yaml(SCHEMA), dcfg.load_yaml(DEFAULT_CONFIG)
+)
 
 
-validate(config, SCHEMA)
+validate(CONFIG, SCHEMA)
+
+
+PLAN = plan.resolve(
+    CONFIG,
+    dcfg.load_registry(os.path.join(workflow.basedir, CONFIG["dataset_registry"])),
+    defaults=dcfg.load_yaml(DEFAULT_CONFIG),
+    registry_file=CONFIG["dataset_registry"],
+)
 
 
 report: "report/workflow.rst"
@@ -68,4 +81,4 @@ onstart:
 rule all:
     default_target: True
     input:
-        all_targets(),
+        PLAN.targets(),

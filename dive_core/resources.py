@@ -119,3 +119,51 @@ def unschedulable(jobs, nodes: list[dict]) -> list[str]:
         problems.append(f"{job['job']}: asks for {short}; the nodes of partition {part!r} have at most "
                         + ", ".join(f"{most[k]} {unit[k]}" for k in want))
     return problems
+
+
+class ClusterFitError(RuntimeError):
+    """Jobs that no node of the cluster can run; the message names each and what would fit."""
+
+
+def job_requests(jobs) -> list[dict]:
+    """What each rule's first cluster job asks for (Snakemake jobs, read by attribute: ``is_local``,
+    ``rule.name``, ``resources``, ``threads``, ``output``), as :func:`unschedulable` reads it."""
+
+    def number(v):
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    requests = {}
+    for job in jobs:
+        if job.is_local or job.rule.name in requests:
+            continue
+        res = job.resources
+        requests[job.rule.name] = {
+            "job": f"rule {job.rule.name} ({', '.join(map(str, job.output))})",
+            "partition": res.get("slurm_partition"),
+            "cpus": number(res.get("cpus_per_task")) or job.threads,
+            "gpus": number(res.get("gpu")) or 0,
+            "mem_mb": number(res.get("mem_mb")),
+        }
+    return list(requests.values())
+
+
+def check_cluster_fit(jobs, sinfo=None) -> None:
+    """Refuse to submit jobs that no node of their partition can run (they would wait for ever):
+    one line per rule, naming what it asks for and what the cluster has. ``sinfo``: a function
+    returning ``sinfo -h -N -o SINFO_FORMAT``'s output (default: run it)."""
+    import subprocess
+
+    def run_sinfo() -> str:
+        return subprocess.run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT], capture_output=True, text=True,
+                              check=True).stdout
+
+    try:
+        text = (sinfo or run_sinfo)()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ClusterFitError(f"cannot list the cluster's nodes with sinfo: {exc}") from exc
+    problems = unschedulable(job_requests(jobs), parse_sinfo(text))
+    if problems:
+        raise ClusterFitError(
+            "these jobs fit no node of the cluster and would wait for ever:\n  " + "\n  ".join(problems)
+            + "\nOn a CPU-only cluster: --config gpu=0. Fewer CPUs: --config threads=N (or "
+            "--set-threads RULE=N). A partition: --default-resources slurm_partition=NAME.")

@@ -15,15 +15,15 @@ rule download_beir:
         mem_mb=job_resource("small", "mem_mb"),
         runtime=job_resource("small", "runtime"),
     params:
-        url=lambda wc: zip_entry(wc.zipname)["url"],
-        sha256=lambda wc: zip_entry(wc.zipname).get("zip_sha256"),
+        url=lambda wc: PLAN.zip_entry(wc.zipname)["url"],
+        sha256=lambda wc: PLAN.zip_entry(wc.zipname).get("zip_sha256"),
     script:
         "../workflow_scripts/download_beir.py"
 
 
 rule stage_beir:
     input:
-        staging_input,
+        PLAN.staging_input,
     output:
         SOURCE,
     log:
@@ -37,8 +37,8 @@ rule stage_beir:
         runtime=job_resource("text", "runtime"),
     params:
         record=records.FORMATS["source"],  # a new record format reruns the job
-        entry=lambda wc: registry_entry(wc.dataset),
-        mode=config["beir_local_mode"],
-        on_missing=config["on_missing_qrels_ids"],
+        entry=lambda wc: PLAN.dataset(wc.dataset),
+        mode=PLAN.setting("beir_local_mode"),
+        on_missing=PLAN.setting("on_missing_qrels_ids"),
     script:
         "../workflow_scripts/stage_beir.py"

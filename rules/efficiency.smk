@@ -5,7 +5,7 @@
 
 rule efficiency:
     input:
-        unpack(efficiency_inputs),
+        unpack(PLAN.efficiency_inputs),
     output:
         EFFICIENCY,
     log:
@@ -14,15 +14,15 @@ rule efficiency:
         "logs/efficiency/{dataset}/{backbone}.bench.tsv"
     conda:
         "../envs/train-gpu.yaml"
-    threads: config["threads"]["evaluate"]
+    threads: PLAN.setting("threads", "evaluate")
     resources:
-        gpu=config["gpu"]["efficiency"],
+        gpu=PLAN.setting("gpu", "efficiency"),
         mem_mb=job_resource("measure", "mem_mb"),
         runtime=job_resource("measure", "runtime"),
     params:
         record=records.FORMATS["efficiency"],  # a new record format reruns the job
-        settings=config["efficiency"],
-        dims=lambda wc: plan.efficiency_runs(config, wc.backbone),
+        settings=PLAN.setting("efficiency"),
+        dims=lambda wc: PLAN.efficiency_runs(wc.backbone),
     script:
         "../workflow_scripts/efficiency.py"
 
@@ -36,21 +36,23 @@ rule efficiency_synthetic:
         "logs/efficiency/synthetic.bench.tsv"
     conda:
         "../envs/train-gpu.yaml"
-    threads: config["threads"]["evaluate"]
+    threads: PLAN.setting("threads", "evaluate")
     resources:
-        gpu=config["gpu"]["efficiency"],
-        mem_mb=job_resource("measure", "mem_mb", extra_mb=resources.synthetic_mb(config["efficiency"])),
-        runtime=job_resource("measure", "runtime", extra_mb=resources.synthetic_mb(config["efficiency"])),
+        gpu=PLAN.setting("gpu", "efficiency"),
+        mem_mb=job_resource("measure", "mem_mb", extra_mb=resources.synthetic_mb(PLAN.setting("efficiency"))),
+        runtime=job_resource(
+            "measure", "runtime", extra_mb=resources.synthetic_mb(PLAN.setting("efficiency"))
+        ),
     params:
         record=records.FORMATS["efficiency"],  # a new record format reruns the job
-        settings=config["efficiency"],
+        settings=PLAN.setting("efficiency"),
     script:
         "../workflow_scripts/efficiency_synthetic.py"
 
 
 rule frontier:
     input:
-        unpack(frontier_inputs),
+        unpack(PLAN.frontier_inputs),
     output:
         FRONTIER,
     log:
@@ -59,13 +61,13 @@ rule frontier:
         "logs/frontier/{dataset}/{backbone}.bench.tsv"
     conda:
         "../envs/train-gpu.yaml"
-    threads: config["threads"]["evaluate"]
+    threads: PLAN.setting("threads", "evaluate")
     resources:
         mem_mb=job_resource("measure", "mem_mb"),
         runtime=job_resource("measure", "runtime"),
     params:
         record=records.FORMATS["frontier"],  # a new record format reruns the job
-        runs=lambda wc: plan.frontier_runs(config, wc.backbone),
-        top_k=config["evaluation"]["top_k"],
+        runs=lambda wc: PLAN.frontier_runs(wc.backbone),
+        top_k=PLAN.setting("evaluation", "top_k"),
     script:
         "../workflow_scripts/frontier.py"

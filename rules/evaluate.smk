@@ -16,23 +16,15 @@ rule evaluate:
         "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.bench.tsv"
     conda:
         "../envs/train-gpu.yaml"
-    threads: config["threads"]["evaluate"]
+    threads: PLAN.setting("threads", "evaluate")
     resources:
-        gpu=config["gpu"]["evaluate"],
+        gpu=PLAN.setting("gpu", "evaluate"),
         mem_mb=job_resource("evaluate", "mem_mb"),
         runtime=job_resource("evaluate", "runtime"),
     params:
         record=records.FORMATS["result"],  # a new record format reruns the job
-        top_k=config["evaluation"]["top_k"],
-        config_snapshot=lambda wc: {
-            "backbone": backbone_spec(wc.backbone, omit=("mem_mb", "shards", "source")),
-            "split": config["split"],
-            # this dataset's cap only: another dataset's cap must not rerun this one's jobs
-            "triplets": {**config["triplets"], "max_per_query": plan.triplet_cap(config, wc.dataset)},
-            "training": config["training"],
-            "method_entry": method_entry(wc.method),
-            "evaluation": config["evaluation"],
-        },
+        top_k=PLAN.setting("evaluation", "top_k"),
+        config_snapshot=PLAN.result_config,
     script:
         "../workflow_scripts/evaluate.py"
 
@@ -41,7 +33,7 @@ rule headline_result:
     """results/{dataset}/{method}/seed{seed}.json: the held-out result (default backbone,
     final stage, primary dimension), copied from its canonical run directory."""
     input:
-        headline_eval,
+        PLAN.headline_eval,
     output:
         HEADLINE,
     log:

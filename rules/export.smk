@@ -15,5 +15,7 @@ rule export:
     resources:
         mem_mb=job_resource("evaluate", "mem_mb"),
         runtime=job_resource("evaluate", "runtime"),
+    params:
+        backbone=lambda wc: PLAN.backbone(wc.backbone).job_spec,
     script:
         "../workflow_scripts/export.py"

@@ -4,7 +4,7 @@
 
 rule table:
     input:
-        unpack(table_inputs),
+        unpack(PLAN.table_inputs),
     output:
         md=TABLE,
         tsv=shown(TABLE_TSV, "table", "summary table"),
@@ -18,13 +18,13 @@ rule table:
         mem_mb=job_resource("small", "mem_mb"),
         runtime=job_resource("small", "runtime"),
     params:
-        study=lambda wc: experiment_of(wc)["study"],
-        methods=lambda wc: experiment_of(wc)["methods"],
-        datasets=lambda wc: experiment_of(wc)["datasets"],
-        backbones=lambda wc: experiment_of(wc)["backbones"],
-        groups=lambda wc: plan.dataset_groups(REGISTRY, experiment_of(wc)["datasets"]),
-        note=lambda wc: experiment_of(wc).get("heads_note") or "",
-        highlight=lambda wc: experiment_of(wc).get("base", "dive"),
-        title=lambda wc: plan.experiment_title(config, wc.experiment),
+        study=lambda wc: PLAN.experiment(wc.experiment)["study"],
+        methods=lambda wc: PLAN.experiment(wc.experiment)["methods"],
+        datasets=lambda wc: PLAN.experiment(wc.experiment)["datasets"],
+        backbones=lambda wc: PLAN.experiment(wc.experiment)["backbones"],
+        groups=lambda wc: PLAN.groups(PLAN.experiment(wc.experiment)["datasets"]),
+        note=lambda wc: PLAN.experiment(wc.experiment).get("heads_note") or "",
+        highlight=lambda wc: PLAN.experiment(wc.experiment).get("base", "dive"),
+        title=lambda wc: PLAN.title(wc.experiment),
     script:
         "../workflow_scripts/table.py"

@@ -5,7 +5,7 @@
 
 rule select:
     input:
-        results=selection_results,
+        results=PLAN.selection_results,
     output:
         SELECTION,
     log:
@@ -17,10 +17,10 @@ rule select:
         runtime=job_resource("small", "runtime"),
     params:
         record=records.FORMATS["selection"],  # a new record format reruns the job
-        candidates=lambda wc: plan.selection_candidates(config, wc.study),
-        datasets=lambda wc: plan.selection_settings(config)["datasets"],
-        seed=lambda wc: plan.selection_settings(config)["seed"],
-        groups=lambda wc: plan.dataset_groups(REGISTRY, plan.selection_settings(config)["datasets"]),
-        reference=lambda wc: plan.selection_reference(config, wc.study),
+        candidates=lambda wc: PLAN.selection_candidates(wc.study),
+        datasets=lambda wc: PLAN.selection()["datasets"],
+        seed=lambda wc: PLAN.selection()["seed"],
+        groups=lambda wc: PLAN.groups(PLAN.selection()["datasets"]),
+        reference=lambda wc: PLAN.selection_reference(wc.study),
     script:
         "../workflow_scripts/select.py"

@@ -17,8 +17,8 @@ rule make_splits:
         runtime=job_resource("text", "runtime"),
     params:
         record=records.FORMATS["splits"],  # a new record format reruns the job
-        seed=config["split"]["seed"],
-        fractions=config["split"]["fractions"],
-        queries_in_corpus=lambda wc: registry_entry(wc.dataset).get("queries_in_corpus"),
+        seed=PLAN.setting("split", "seed"),
+        fractions=PLAN.setting("split", "fractions"),
+        queries_in_corpus=lambda wc: PLAN.dataset(wc.dataset).get("queries_in_corpus"),
     script:
         "../workflow_scripts/make_splits.py"

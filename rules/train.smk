@@ -3,7 +3,7 @@
 
 rule train:
     input:
-        unpack(train_inputs),
+        unpack(PLAN.train_inputs),
     output:
         checkpoint=CHECKPOINT,
         log=TRAIN_LOG,
@@ -13,18 +13,18 @@ rule train:
         "logs/train/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.bench.tsv"
     conda:
         "../envs/train-gpu.yaml"
-    threads: config["threads"]["train"]
+    threads: PLAN.setting("threads", "train")
     resources:
-        gpu=config["gpu"]["train"],
+        gpu=PLAN.setting("gpu", "train"),
         mem_mb=job_resource("train", "mem_mb"),
         runtime=job_resource("train", "runtime"),
     params:
         record=records.FORMATS["checkpoint"],  # a new record format reruns the job
-        type=lambda wc: plan.method_type(config, wc.method),
-        hparams=lambda wc: plan.method_hparams(config, wc.method),
-        negatives=lambda wc: plan.method_negatives(config, wc.method),
-        selected=lambda wc: config["methods"][wc.method].get("selected"),
-        device=config["device"],
-        precision=config["training"]["precision"],
+        type=lambda wc: PLAN.method(wc.method).type,
+        hparams=lambda wc: PLAN.hparams(wc.method),
+        negatives=lambda wc: PLAN.method(wc.method).negatives,
+        selected=lambda wc: PLAN.method(wc.method).selected,
+        device=PLAN.setting("device"),
+        precision=PLAN.setting("training", "precision"),
     script:
         "../workflow_scripts/train.py"

@@ -3,7 +3,7 @@
 
 rule triplets:
     input:
-        unpack(triplet_inputs),
+        unpack(PLAN.triplet_inputs),
     output:
         tsv=TRIPLETS,
         meta=TRIPLETS_META,
@@ -15,14 +15,14 @@ rule triplets:
         "../envs/data.yaml"
     threads: 1
     resources:
-        gpu=lambda wc: config["gpu"]["triplets"] if hard_negatives(wc) else 0,
+        gpu=lambda wc: PLAN.setting("gpu", "triplets") if PLAN.hard_negatives(wc) else 0,
         mem_mb=job_resource("text", "mem_mb"),
         runtime=job_resource("text", "runtime"),
     params:
         record=records.FORMATS["triplets"],  # a new record format reruns the job
-        seed=config["split"]["seed"],
-        num_negatives=config["triplets"]["num_negatives"],
-        hard_pool=lambda wc: config["triplets"]["hard_pool"] if hard_negatives(wc) else None,
-        max_per_query=lambda wc: plan.triplet_cap(config, wc.dataset),
+        seed=PLAN.setting("split", "seed"),
+        num_negatives=PLAN.setting("triplets", "num_negatives"),
+        hard_pool=lambda wc: PLAN.setting("triplets", "hard_pool") if PLAN.hard_negatives(wc) else None,
+        max_per_query=lambda wc: PLAN.triplet_cap(wc.dataset),
     script:
         "../workflow_scripts/triplets.py"

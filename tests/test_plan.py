@@ -17,9 +17,7 @@ CONFIG = dcfg.load_yaml(REPO / "config" / "config.yaml")
 
 
 def expanded(cfg=None):
-    cfg = copy.deepcopy(cfg or CONFIG)
-    plan.expand(cfg)
-    return cfg
+    return plan.expand(cfg or CONFIG)
 
 
 # -- config expansion ----------------------------------------------------------------------
@@ -42,7 +40,7 @@ def test_lr_audit_candidates_at_the_configured_values():
 def test_lr_audit_needs_exactly_three_candidates():
     cfg = copy.deepcopy(CONFIG)
     cfg["selection"]["lr_audit"]["mrl"] = [1e-4, 2e-4]
-    plan.expand(cfg)
+    cfg = plan.expand(cfg)
     with pytest.raises(dcfg.ConfigError, match="selection.lr_audit.mrl has 2 candidates"):
         plan.check(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"))
 
@@ -51,7 +49,7 @@ def test_dive_grid_generates_candidates_and_a_dependency():
     cfg = copy.deepcopy(CONFIG)
     cfg["selection"]["dive_grid"] = {"margin": [0.5, 0.7], "heads": [4]}
     cfg["methods"]["dive"] = {**cfg["methods"]["dive"], "selected": "dive_config/dive"}
-    plan.expand(cfg)
+    cfg = plan.expand(cfg)
     names = [n for n, _ in plan.selection_candidates(cfg, "dive_config")["dive"]]
     assert names == ["dive-margin0.5-heads4", "dive"]
     assert "selected" not in cfg["methods"]["dive-margin0.5-heads4"]  # candidates never depend on the pick
@@ -103,58 +101,9 @@ def test_triplet_cap_per_dataset():
 def test_expand_is_idempotent():
     once = expanded()
     twice = copy.deepcopy(once)
-    plan.expand(twice)
+    twice = plan.expand(twice)
     assert once == twice
 
-
-
-def test_config_key_order_follows_the_defaults_file():
-    """However a config was composed (`--configfile config/paper.yaml` alone puts paper.yaml's
-    keys first), the workflow sees the defaults file's key order, so the same settings give the
-    same params and no job reruns for the order alone."""
-    template = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
-    composed = {"triplets": {"max_per_query": {"nfcorpus": 4}, **{k: v for k, v in template["triplets"].items()
-                                                                  if k != "max_per_query"}},
-                "datasets": ["scifact", "nfcorpus"], "extra": {"b": 1, "a": 2}}
-    ordered = dcfg.canonical_order(composed, template)
-    assert list(ordered["triplets"]) == list(template["triplets"])
-    assert ordered["triplets"]["max_per_query"] == {"nfcorpus": 4}
-    assert list(ordered) == ["datasets", "triplets", "extra"] and list(ordered["extra"]) == ["b", "a"]
-    assert dcfg.canonical_order([1, 2], {"a": 1}) == [1, 2]
-
-
-def test_command_line_values_get_the_schemas_types():
-    """`snakemake --config` parses only the top level: nested values arrive as text. They are
-    typed by the schema (and numbers/booleans where the schema says nothing, e.g. method
-    hyperparameters) before validation; `gpu=0` / `threads=N` stand for every rule."""
-    from jsonschema import Draft202012Validator
-    from snakemake.cli import parse_config
-
-    root = Path(__file__).resolve().parent.parent / "config"
-    schema, defaults = dcfg.load_yaml(root / "schema" / "config.schema.yaml"), dcfg.load_yaml(root / "config.yaml")
-    given = parse_config([
-        "gpu=0", "threads={embed: 4, train: '3'}", "backbones={minilm: {shards: 3, batch_size: 32}}",
-        "training={epochs: 3, precision: bf16}", "methods={dive: {margin: 0.5, lr: 1e-3, heads: 2, type: dive}}",
-        "triplets={max_per_query: {nfcorpus: 20}}", "seeds=[2027, 2028]", "datasets=[scifact, 123]",
-        "selection={datasets: null, dive_grid: {margin: [0.5, 0.7]}}", "evaluation={top_k: ten}"])
-    assert given["threads"] == {"embed": "4", "train": "3"} and given["seeds"] == ["2027", "2028"]  # as text
-    typed = dcfg.command_line_values(given, schema, defaults)
-    assert typed["gpu"] == {rule: 0 for rule in defaults["gpu"]} and len(typed["gpu"]) == 5
-    assert typed["threads"] == {"embed": 4, "train": 3}
-    assert typed["backbones"] == {"minilm": {"shards": 3, "batch_size": 32}}
-    assert typed["training"] == {"epochs": 3, "precision": "bf16"}
-    assert typed["methods"]["dive"] == {"margin": 0.5, "lr": 1e-3, "heads": 2, "type": "dive"}
-    assert typed["triplets"] == {"max_per_query": {"nfcorpus": 20}}
-    assert typed["seeds"] == [2027, 2028]
-    assert typed["datasets"] == ["scifact", "123"]  # names stay text
-    assert typed["selection"] == {"datasets": None, "dive_grid": {"margin": [0.5, 0.7]}}
-    assert typed["evaluation"] == {"top_k": "ten"}  # not a number: left for the schema to report
-    merged = {**defaults, **{k: v for k, v in typed.items() if k not in ("methods", "backbones", "training",
-                                                                         "triplets", "selection")}}
-    merged["evaluation"] = {"top_k": 100}
-    assert not list(Draft202012Validator(schema).iter_errors(merged))
-    assert dcfg.command_line_values({"threads": 8}, schema, defaults)["threads"] == {r: 8 for r in defaults["threads"]}
-    assert dcfg.command_line_values({"gpu": True}, schema, defaults)["gpu"] is True  # not a count: schema refuses
 
 
 def test_the_negatives_wildcard_is_encoded_and_decoded_in_one_place():
@@ -180,7 +129,7 @@ def test_the_audits_reference_is_honoured_everywhere():
     assert {r["stage"] for r in runs} == {"select"} and len(runs) == 10
     cfg = copy.deepcopy(CONFIG)
     cfg["experiments"]["lr_audit"]["reference"] = "autoencoder"
-    plan.expand(cfg)
+    cfg = plan.expand(cfg)
     assert plan.selection_reference(cfg, "lr_audit") == "autoencoder"
     assert [r["method"] for r in plan.selection_runs(cfg, "lr_audit")][-1] == "autoencoder"
     assert plan.experiment(cfg, "lr_audit")["methods"][-1] == "autoencoder"
@@ -221,10 +170,10 @@ def test_the_plan_and_its_params_need_no_torch():
         builtins.__import__ = no_torch
         from dive_core import config as dcfg, plan
         cfg = dcfg.load_yaml({str(REPO / "config" / "config.yaml")!r})
-        plan.expand(cfg)
-        plan.check(cfg, dcfg.load_registry({str(REPO / "config" / "datasets.yaml")!r}))
-        out = {{m: plan.method_hparams(cfg, m) for m in cfg["methods"]}}
-        out["triplets"] = {{m: plan.needs_triplets(cfg, m) for m in cfg["methods"]}}
+        p = plan.resolve(cfg, dcfg.load_registry({str(REPO / "config" / "datasets.yaml")!r}))
+        out = {{m: p.hparams(m) for m in p.methods}}
+        out["triplets"] = {{m: p.method(m).supervised for m in p.methods}}
+        out["spec"] = p.backbone("minilm").job_spec
         print(json.dumps(out, sort_keys=True))
         assert "torch" not in sys.modules
     """)
@@ -235,13 +184,14 @@ def test_the_plan_and_its_params_need_no_torch():
     cfg = expanded()
     want = {m: plan.method_hparams(cfg, m) for m in cfg["methods"]}
     want["triplets"] = {m: plan.needs_triplets(cfg, m) for m in cfg["methods"]}
+    want["spec"] = {k: v for k, v in CONFIG["backbones"]["minilm"].items() if k not in ("dims", "mem_mb")}
     assert json.loads(proc.stdout) == json.loads(json.dumps(want, sort_keys=True))
 
 
 def test_value_checks_run_at_plan_time_without_building_a_method():
     cfg = copy.deepcopy(CONFIG)
     cfg["methods"]["dive"] = {**cfg["methods"]["dive"], "heads": "7"}
-    plan.expand(cfg)
+    cfg = plan.expand(cfg)
     with pytest.raises(dcfg.ConfigError, match=r"methods.dive .*hyperparameter 'heads' must be an integer >= 1 "
                                                r"\(a string was given"):
         plan.check(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"))
@@ -253,7 +203,7 @@ def paper_config():
 
     cfg = copy.deepcopy(CONFIG)
     update_config(cfg, dcfg.load_yaml(REPO / "config" / "paper.yaml"))  # what --configfile does
-    plan.expand(cfg)
+    cfg = plan.expand(cfg)
     plan.check(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"))
     return cfg
 
@@ -291,3 +241,122 @@ def test_a_heads_or_audit_experiment_over_backbones_that_disagree_is_refused():
     cfg["experiments"]["lr_audit"]["backbones"] = ["nope"]
     with pytest.raises(dcfg.ConfigError, match="experiments.lr_audit.backbones: 'nope' is not defined"):
         plan.expand(cfg)
+
+
+# -- the resolved plan: what rules read ----------------------------------------------------
+REGISTRY = dcfg.load_registry(REPO / "config" / "datasets.yaml")
+RUN = dict(dataset="scifact", backbone="minilm", method="dive", k=64, stage="final", seed=2027)
+
+
+def resolved(cfg=None, **kw):
+    return plan.resolve(cfg or CONFIG, REGISTRY, registry_file="config/datasets.yaml", environ={}, **kw)
+
+
+def test_resolve_leaves_the_config_as_it_was_and_the_plan_cannot_be_changed():
+    cfg = copy.deepcopy(CONFIG)
+    p = resolved(cfg)
+    assert cfg == CONFIG  # no generated variant was written into the caller's config
+    assert "mrl-lr1e-04" in p.methods and "mrl-lr1e-04" not in cfg["methods"]
+    with pytest.raises(TypeError):
+        p.config["methods"]["dive"] = {}
+    with pytest.raises(TypeError):
+        p.config["methods"]["dive"]["heads"] = 7
+    with pytest.raises(AttributeError):
+        p.config["seeds"].append(1)
+    with pytest.raises(Exception, match="cannot assign"):
+        p.local_beir = "/elsewhere"
+    # what a job gets is a copy: changing it changes nothing in the plan
+    spec = p.backbone("minilm").job_spec
+    spec["batch_size"] = 1
+    hp = p.hparams("dive")
+    hp["heads"] = 99
+    assert p.backbone("minilm").job_spec["batch_size"] == 64 and p.hparams("dive")["heads"] == 4
+
+
+def test_the_plan_follows_the_defaults_files_key_order():
+    """The same settings give the same job parameters however the config was composed."""
+    composed = {k: CONFIG[k] for k in reversed(list(CONFIG))}
+    a, b = resolved(CONFIG, defaults=CONFIG), resolved(composed, defaults=CONFIG)
+    assert list(a.config) == list(b.config) == list(CONFIG)
+    assert list(a.result_config(RUN)) == list(b.result_config(RUN))
+
+
+def test_one_rule_decides_what_of_a_backbone_reaches_a_job():
+    """Scheduling keys (dims, mem_mb, shards, source) never reach the embedding, evaluation or
+    export jobs, so changing them reruns none of them; everything else does."""
+    cfg = copy.deepcopy(CONFIG)
+    cfg["backbones"]["minilm"].update(mem_mb=9000, shards=4, dims={"primary": 64, "secondary": 80})
+    base, moved = resolved(), resolved(cfg)
+    assert moved.backbone("minilm").job_spec == base.backbone("minilm").job_spec
+    assert moved.result_config(RUN) == base.result_config(RUN)
+    assert "dims" not in base.result_config(RUN)["backbone"] and "model" in base.result_config(RUN)["backbone"]
+    cfg["backbones"]["minilm"]["max_length"] = 128  # a key that changes the vectors
+    assert resolved(cfg).result_config(RUN)["backbone"]["max_length"] == 128
+
+
+def test_a_fetched_backbones_model_folder_has_one_owner():
+    paper = copy.deepcopy(CONFIG)
+    p = resolved(paper)
+    assert p.backbone("mpnet").model_dir == "data/models/mpnet" == p.backbone("mpnet").job_spec["model"]
+    assert p.model_folder({"backbone": "mpnet"}) == "data/models/mpnet" and p.model_folder({"backbone": "minilm"}) == []
+    paper["backbones"]["mpnet"]["model"] = "models/mpnet"
+    with pytest.raises(dcfg.ConfigError, match=r"backbones.mpnet.model = 'models/mpnet'.*'data/models/mpnet'"):
+        resolved(paper)
+
+
+def test_input_functions_turn_wildcards_into_the_artifacts_a_job_reads():
+    p = resolved()
+    tuned = dict(RUN, method="mrl-tuned")
+    assert p.train_inputs(tuned) == {
+        "embeddings": "results/scifact/minilm/embeddings.h5", "splits": "results/scifact/splits.json",
+        "selection": "results/selection/minilm/lr_audit.json",
+        "triplets": "results/scifact/minilm/triplets/final-random.tsv",
+        "triplets_meta": "results/scifact/minilm/triplets/final-random.json"}
+    assert p.train_inputs(dict(RUN, method="pca")) == {"embeddings": "results/scifact/minilm/embeddings.h5",
+                                                       "splits": "results/scifact/splits.json"}
+    assert p.triplet_inputs(dict(RUN, negatives="hard"))["embeddings"] == "results/scifact/minilm/embeddings.h5"
+    assert "embeddings" not in p.triplet_inputs(dict(RUN, negatives="random-docdisjoint"))
+    assert p.staging_input({"dataset": "scifact"}) == "data/beir/_zips/scifact.zip"
+    assert p.staging_input({"dataset": "scifact-tiny"}) == []  # local only
+    assert plan.resolve(CONFIG, REGISTRY, environ={"BEIR_DATA_DIR": "/data/beir"}).staging_input(
+        {"dataset": "scifact"}) == []
+    assert p.table_inputs({"experiment": "efficiency"}) == {
+        "results": ["results/efficiency/scifact/minilm.json", "results/efficiency/synthetic.json"]}
+    audit = p.table_inputs({"experiment": "lr_audit"})
+    assert audit["selection"] == "results/selection/minilm/lr_audit.json" and len(audit["results"]) == 10
+    assert p.headline_eval({"dataset": "scifact", "method": "frozen", "seed": "2028"}) == \
+        "results/scifact/minilm/frozen/k384/final/seed2028/eval.json"
+    assert p.embed_parts({"dataset": "scifact", "backbone": "minilm"}) == []
+    cfg = copy.deepcopy(CONFIG)
+    cfg["backbones"]["minilm"]["shards"] = 3
+    assert resolved(cfg).embed_parts({"dataset": "scifact", "backbone": "minilm"}) == [
+        f"results/scifact/minilm/embed_parts/{part}.h5" for part in ("corpus1of3", "corpus2of3", "corpus3of3",
+                                                                     "queries")]
+    with pytest.raises(dcfg.ConfigError, match="unknown method 'nope'; defined under methods"):
+        p.train_inputs(dict(RUN, method="nope"))
+    with pytest.raises(dcfg.ConfigError, match="dataset 'nope' is not in config/datasets.yaml"):
+        p.staging_input({"dataset": "nope"})
+
+
+def test_every_wildcard_value_the_plan_writes_into_a_path_matches_its_grammar():
+    """The targets of `all` on the paper's config parse back under the wildcard grammar that
+    Snakemake is given, and the shard names round-trip."""
+    import re
+
+    from dive_core import paths
+    from snakemake.utils import update_config
+
+    cfg = copy.deepcopy(CONFIG)
+    update_config(cfg, dcfg.load_yaml(REPO / "config" / "paper.yaml"))
+    p = resolved(cfg)
+    pattern = re.sub(r"\\\{(\w+)\\\}", lambda m: f"(?P<{m.group(1)}>{plan.WILDCARDS[m.group(1)]})",
+                     re.escape(paths.PER_QUERY))
+    per_query = [t for t in p.targets() if t.endswith("per_query.tsv")]
+    assert len(per_query) > 100 and all(re.fullmatch(pattern, t) for t in per_query)
+    for n in (1, 3):
+        for name in paths.part_names(n):
+            assert re.fullmatch(plan.WILDCARDS["part"], name)
+            shard, shards = paths.parse_part(name)
+            assert paths.part_name(shard, shards or n) == name
+    with pytest.raises(ValueError, match="expected 'queries' or 'corpus<i>of<n>'"):
+        paths.parse_part("corpus2")

@@ -85,3 +85,35 @@ def test_unschedulable_names_each_job_that_no_node_of_its_partition_fits():
     two = resources.parse_sinfo("n1|p*|64|1000|(null)\nn2|p*|2|900000|(null)\n")
     assert resources.unschedulable([job("both", 64, mem_mb=2000)], two) == [
         "both: asks for 64 CPU(s), 2000 MB memory together, which no single node of partition 'p' has"]
+
+
+def test_a_cluster_run_names_the_jobs_no_node_fits_before_submitting():
+    """The SLURM onstart check (rules/common.smk wires it): one line per rule, from the jobs'
+    resources, threads and partition; local jobs are never checked."""
+    from types import SimpleNamespace as NS
+
+    def job(rule, threads=2, local=False, **res):
+        return NS(is_local=local, rule=NS(name=rule), resources=res, threads=threads, output=[f"out/{rule}"])
+
+    jobs = [job("train", 4, gpu=1, mem_mb=4000), job("train", 4, gpu=1), job("table", 64, local=True),
+            job("embed", cpus_per_task=64, slurm_partition="cpu")]
+    assert resources.job_requests(jobs) == [
+        {"job": "rule train (out/train)", "partition": None, "cpus": 4, "gpus": 1, "mem_mb": 4000},
+        {"job": "rule embed (out/embed)", "partition": "cpu", "cpus": 64, "gpus": 0, "mem_mb": None}]
+    with pytest.raises(resources.ClusterFitError) as err:
+        resources.check_cluster_fit(jobs, sinfo=lambda: SINFO)
+    assert str(err.value).splitlines()[1:3] == [
+        "  rule train (out/train): asks for 1 GPU(s); the nodes of partition 'cpu' have at most 32 CPU(s), "
+        "0 GPU(s), 256000 MB memory",
+        "  rule embed (out/embed): asks for 64 CPU(s); the nodes of partition 'cpu' have at most 32 CPU(s), "
+        "0 GPU(s), 256000 MB memory"]
+    assert "--config gpu=0" in str(err.value)
+    resources.check_cluster_fit([job("train", 4, gpu=1, slurm_partition="gpu")], sinfo=lambda: SINFO)
+
+
+def test_a_cluster_without_sinfo_is_named():
+    def missing():
+        raise FileNotFoundError("sinfo")
+
+    with pytest.raises(resources.ClusterFitError, match="cannot list the cluster's nodes with sinfo"):
+        resources.check_cluster_fit([], sinfo=missing)

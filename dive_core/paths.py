@@ -1,0 +1,68 @@
+"""Every file that jobs pass to each other, named once: the artifact path templates (relative to
+the working directory), the grammar of their wildcards, and the names of an embedding's shard
+parts. The rules' inputs and outputs, :class:`dive_core.plan.Plan`'s input functions and the
+tests read these names; the record formats of the files themselves are in
+:mod:`dive_core.records`. No Snakemake, no torch.
+"""
+
+from __future__ import annotations
+
+import re
+
+# ---- the wildcard grammar (rules/common.smk hands it to Snakemake's wildcard_constraints) ------
+NAME = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"  # a dataset, backbone, method, zip or experiment name
+QUERIES_PART = "queries"
+PART = rf"{QUERIES_PART}|corpus\d+of\d+"  # one job of a sharded embedding
+
+# ---- artifact paths -------------------------------------------------------------------------
+SOURCE = "data/beir/{dataset}/source.json"
+ZIP = "data/beir/_zips/{zipname}.zip"
+MODEL_DIR = "data/models/{backbone}"  # a backbone with `source:`: its pinned model folder (rule fetch_model)
+SPLITS = "results/{dataset}/splits.json"
+EMBEDDINGS = "results/{dataset}/{backbone}/embeddings.h5"
+EMBED_PART = "results/{dataset}/{backbone}/embed_parts/{part}.h5"  # temporary: one job of a sharded embed
+TRIPLETS = "results/{dataset}/{backbone}/triplets/{stage}-{negatives}.tsv"
+TRIPLETS_META = "results/{dataset}/{backbone}/triplets/{stage}-{negatives}.json"
+RUN_DIR = "results/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}"
+CHECKPOINT = RUN_DIR + "/model.pt"
+TRAIN_LOG = RUN_DIR + "/train_log.tsv"
+EVAL_JSON = RUN_DIR + "/eval.json"
+PER_QUERY = RUN_DIR + "/per_query.tsv"
+EXPORT = RUN_DIR + "/export"
+HEADLINE = "results/{dataset}/{method}/seed{seed}.json"  # the default backbone's held-out result
+SELECTION = "results/selection/{backbone}/{study}.json"  # each backbone selects for itself
+EFFICIENCY = "results/efficiency/{dataset}/{backbone}.json"
+SYNTHETIC = "results/efficiency/synthetic.json"
+FRONTIER = "results/frontier/{dataset}/{backbone}.json"
+TABLE = "results/tables/{experiment}.md"
+TABLE_TSV = "results/tables/{experiment}.tsv"
+RUNS_TSV = "results/tables/{experiment}_runs.tsv"
+FIGURE = "results/figures/{experiment}.png"
+STUDY_JSON = {"efficiency": EFFICIENCY, "frontier": FRONTIER}  # the studies over their own records
+
+# every file of one evaluated run, from the checkpoint to the per-query TSV
+RUN_FILES = (CHECKPOINT, TRAIN_LOG, EVAL_JSON, PER_QUERY)
+
+
+def model_dir(backbone: str) -> str:
+    return MODEL_DIR.format(backbone=backbone)
+
+
+def part_name(shard: int | None, shards: int) -> str:
+    """The name of one part of a sharded embedding: ``queries``, or ``corpus{i}of{n}``."""
+    return QUERIES_PART if shard is None else f"corpus{shard}of{shards}"
+
+
+def parse_part(name: str) -> tuple[int | None, int | None]:
+    """``(shard, shards)`` of a part name; ``(None, None)`` for the queries part."""
+    if not re.fullmatch(PART, name):
+        raise ValueError(f"embedding part {name!r}: expected 'queries' or 'corpus<i>of<n>'")
+    if name == QUERIES_PART:
+        return None, None
+    shard, shards = map(int, re.findall(r"\d+", name))
+    return shard, shards
+
+
+def part_names(shards: int) -> list[str]:
+    """The parts a backbone with ``shards`` > 1 is embedded in: the corpus ranges, then the queries."""
+    return [part_name(i, shards) for i in range(1, shards + 1)] + [part_name(None, shards)]
