@@ -1,10 +1,8 @@
-"""Structural facts of the residual adapter and of DIVE's heads."""
+"""Structural facts of the residual adapter and of DIVE's heads (dive_core/adapters.py)."""
 
-import pytest
 import torch
 
 from dive_core.adapters import ResidualMLP, first_head, split_heads
-from dive_core.methods.specs import check_heads
 
 
 def test_adapter_is_identity_at_init():
@@ -49,17 +47,6 @@ def test_split_heads_slices_and_normalises():
 def test_first_head_is_deployed_representation():
     z = torch.randn(5, 12)
     assert torch.allclose(first_head(z, 3), split_heads(z, 3, 4)[:, 0])
-
-
-@pytest.mark.parametrize("k,h,d", [(64, 8, 384), (100, 4, 384), (2049, 1, 2048)])
-def test_heads_exceeding_dimension_are_rejected(k, h, d):
-    with pytest.raises(ValueError, match=r"k\*H = .* exceeds the embedding dimension d"):
-        check_heads(d, k, h)
-
-
-def test_heads_fitting_exactly_are_accepted():
-    check_heads(384, 96, 4)
-    check_heads(4096, 128, 8)
 
 
 def test_adapter_first_width_coordinates_equal_the_full_pass_and_leave_the_rest_untouched():

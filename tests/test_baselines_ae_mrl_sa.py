@@ -1,22 +1,16 @@
 """Baselines: autoencoder, Matryoshka-Adaptor (`mrl`), Search-Adaptor (`search_adaptor`).
 
-Loss terms are checked against numbers computed with explicit Python loops (or by hand), not
-with the vectorised code under test; the methods are trained on the synthetic problem of
-``tests/synthetic.py``.
+The methods are trained on the synthetic problem of ``tests/synthetic.py``; their loss terms
+(dive_core/losses.py) are checked against explicit Python loops in test_losses.py.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
 import torch
 
-from dive_core.losses import (L1ReconstructionLoss, MatryoshkaPairSimilarityLoss, MatryoshkaRankLoss,
-                              MatryoshkaTopKSimilarityLoss, PairwiseSoftplusRankLoss, QueryPredictionLoss,
-                              ReconstructionMSELoss)
-from dive_core.methods import Method, method_class, new_method, resolve_hparams
+from dive_core.methods import Method, new_method, resolve_hparams
 from dive_core.methods.mrl import distinct_items, matryoshka_prefixes
 from dive_core.training import FitData, TrainLog
 
@@ -40,128 +34,6 @@ LOGGED = {
     "mrl": ["topk", "pair", "reconstruction", "rank"],
     "search_adaptor": ["rank", "reconstruction", "prediction"],
 }
-
-
-# --------------------------------------------------------------------------- helpers (loops)
-def cos(a, b):
-    a, b = [float(x) for x in a], [float(x) for x in b]
-    dot = sum(x * y for x, y in zip(a, b))
-    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
-
-
-def softplus(x):
-    return math.log(1.0 + math.exp(x))
-
-
-def rows(t):
-    return t.tolist()
-
-
-def rand(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
-
-# --------------------------------------------------------------------------- losses
-def test_reconstruction_mse_by_hand():
-    xhat = torch.tensor([[1.0, 2.0], [0.0, -1.0]])
-    x = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
-    # squared errors 1, 4, 1, 4 -> mean over 4 entries = 2.5
-    assert ReconstructionMSELoss()(xhat, x).item() == pytest.approx(2.5)
-    a, b = rand(5, 3), rand(5, 3, seed=1)
-    loop = sum((a[i, c].item() - b[i, c].item()) ** 2 for i in range(5) for c in range(3)) / 15
-    assert ReconstructionMSELoss()(a, b).item() == pytest.approx(loop)
-
-
-def test_l1_reconstruction_and_prediction_by_hand():
-    e = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0]])
-    z = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, -1.0]])
-    # item 1: 1 + 2 + 0.5 = 3.5; item 2: 3 -> mean 3.25
-    assert L1ReconstructionLoss()(e, z).item() == pytest.approx(3.25)
-    assert QueryPredictionLoss()(e, z).item() == pytest.approx(3.25)
-    a, b = rand(4, 6), rand(4, 6, seed=2)
-    loop = sum(sum(abs(x - y) for x, y in zip(ra, rb)) for ra, rb in zip(rows(a), rows(b))) / 4
-    assert L1ReconstructionLoss()(a, b).item() == pytest.approx(loop)
-    assert QueryPredictionLoss()(a, b).item() == pytest.approx(loop)
-    # "mean": per-coordinate mean absolute error, (3.5 + 3) / 6 entries
-    assert L1ReconstructionLoss("mean")(e, z).item() == pytest.approx(6.5 / 6)
-    assert QueryPredictionLoss("mean")(a, b).item() == pytest.approx(loop / 6)
-    with pytest.raises(ValueError, match="'sum' or 'mean'"):
-        L1ReconstructionLoss("max")
-
-
-def test_pairwise_softplus_rank_by_hand():
-    # s_p = cos((1,0),(2,0)) = 1, s_n = cos((1,0),(0,3)) = 0 -> (1 - 0) * softplus(-1) = log(1 + e^-1)
-    q, p, n = torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 3.0]])
-    got = PairwiseSoftplusRankLoss()(q, p, n, torch.tensor([1.0]), torch.tensor([0.0]))
-    assert got.item() == pytest.approx(math.log(1 + math.exp(-1)))  # 0.313262
-    q, p, n = rand(6, 5), rand(6, 5, seed=1), rand(6, 5, seed=2)
-    yp = torch.tensor([2.0, 1.0, 1.0, 2.0, 1.0, 1.0], dtype=torch.float64)
-    yn = torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
-    loop = sum((yp[i].item() - yn[i].item()) * softplus(cos(n[i], q[i]) - cos(q[i], p[i])) for i in range(6)) / 6
-    assert PairwiseSoftplusRankLoss()(q, p, n, yp, yn).item() == pytest.approx(loop)
-
-
-def test_matryoshka_rank_by_hand():
-    q, p, n = rand(5, 8), rand(5, 8, seed=1), rand(5, 8, seed=2)
-    yp = torch.tensor([1.0, 2.0, 1.0, 1.0, 2.0], dtype=torch.float64)
-    yn = torch.zeros(5, dtype=torch.float64)
-    prefixes = [2, 4, 8]
-    terms = [(yp[i].item() - yn[i].item()) * softplus(cos(q[i][:m], n[i][:m]) - cos(q[i][:m], p[i][:m]))
-             for i in range(5) for m in prefixes]
-    assert MatryoshkaRankLoss(prefixes)(q, p, n, yp, yn).item() == pytest.approx(sum(terms) / len(terms))
-    # one prefix equal to the full width = the plain pairwise loss
-    assert MatryoshkaRankLoss([8])(q, p, n, yp, yn).item() == pytest.approx(
-        PairwiseSoftplusRankLoss()(q, p, n, yp, yn).item())
-
-
-def test_matryoshka_pair_by_hand():
-    # 3 items in 2-d, one prefix m = 1: cos of 1-d prefixes is the sign product.
-    z = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    e = torch.tensor([[1.0, 0.0], [1.0, 1.0], [-1.0, 1.0]])
-    # frozen cos: (0,1)=0, (0,2)=(1,2)=1/sqrt2; prefix-1 cos of e: (0,1)=1, (0,2)=-1, (1,2)=-1
-    # |diffs| over ordered pairs: 1, 1+1/sqrt2, 1+1/sqrt2 (each twice) -> mean = 1 + sqrt2/3
-    got = MatryoshkaPairSimilarityLoss([1])(e, z).item()
-    assert got == pytest.approx(1 + math.sqrt(2) / 3)
-    z, e = rand(6, 8), rand(6, 8, seed=3)
-    prefixes = [2, 5, 8]
-    terms = [abs(cos(z[i], z[j]) - cos(e[i][:m], e[j][:m]))
-             for i in range(6) for j in range(6) if i != j for m in prefixes]
-    assert MatryoshkaPairSimilarityLoss(prefixes)(e, z).item() == pytest.approx(sum(terms) / len(terms))
-    # identity adapter and full-width prefix only: zero loss
-    assert MatryoshkaPairSimilarityLoss([8])(z, z).item() == pytest.approx(0.0, abs=1e-12)
-    # a single item has no pairs
-    assert MatryoshkaPairSimilarityLoss([2])(e[:1], z[:1]).item() == 0.0
-
-
-def test_matryoshka_topk_by_hand():
-    n, K, prefixes = 7, 2, [3, 6]
-    z, e = rand(n, 6), rand(n, 6, seed=4)
-    terms = []
-    for i in range(n):
-        others = sorted((j for j in range(n) if j != i), key=lambda j: -cos(z[i], z[j]))
-        for j in others[:K]:
-            for m in prefixes:
-                terms.append(abs(cos(z[i], z[j]) - cos(e[i][:m], e[j][:m])))
-    got = MatryoshkaTopKSimilarityLoss(prefixes, K)(e, z).item()
-    assert got == pytest.approx(sum(terms) / len(terms))
-    # K >= n - 1: every other item is a neighbour, i.e. L_pair
-    assert MatryoshkaTopKSimilarityLoss(prefixes, 50)(e, z).item() == pytest.approx(
-        MatryoshkaPairSimilarityLoss(prefixes)(e, z).item())
-    # neighbours come from the frozen space, not the adapted one
-    assert MatryoshkaTopKSimilarityLoss(prefixes, K)(e, z).item() != pytest.approx(
-        MatryoshkaTopKSimilarityLoss(prefixes, K)(e, e).item())
-    with pytest.raises(ValueError, match="topk"):
-        MatryoshkaTopKSimilarityLoss(prefixes, 0)
-
-
-def test_losses_have_gradients():
-    z = rand(5, 8).float()
-    e = (z + 0.1 * rand(5, 8, seed=1).float()).requires_grad_()
-    loss = (MatryoshkaTopKSimilarityLoss([4, 8], 2)(e, z) + MatryoshkaPairSimilarityLoss([4])(e, z)
-            + L1ReconstructionLoss()(e, z) + MatryoshkaRankLoss([4, 8])(e[:2], e[2:4], e[[4, 0]],
-                                                                         torch.ones(2), torch.zeros(2)))
-    loss.backward()
-    assert e.grad is not None and torch.isfinite(e.grad).all() and e.grad.abs().sum() > 0
 
 
 # --------------------------------------------------------------------------- MRL helpers
@@ -207,12 +79,6 @@ def trained(problem):
         m, log = train(problem, t)
         out[t] = (before, problem.score(m), m, log)
     return out
-
-
-def test_registered():
-    assert method_class("autoencoder").supervised is False
-    assert method_class("mrl").supervised is True
-    assert method_class("search_adaptor").supervised is True
 
 
 @pytest.mark.parametrize("type_name", TYPES)

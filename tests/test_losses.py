@@ -1,4 +1,5 @@
-"""DIVE's loss terms against hand-computed examples."""
+"""The loss terms of dive_core/losses.py (DIVE's, the baselines' and SMEC's) against hand-computed
+examples and explicit Python loops, not the vectorised code under test."""
 
 import math
 
@@ -8,7 +9,15 @@ import torch
 from dive_core.losses import (
     GeometryDistillationLoss,
     HingeTripletLoss,
+    L1ReconstructionLoss,
+    MatryoshkaPairSimilarityLoss,
+    MatryoshkaRankLoss,
+    MatryoshkaTopKSimilarityLoss,
     MultiPositiveNTXent,
+    PairwiseSoftplusRankLoss,
+    QueryPredictionLoss,
+    ReconstructionMSELoss,
+    SMECCrossBatchLoss,
     SoftplusTripletLoss,
     triplet_margins,
 )
@@ -180,3 +189,172 @@ def test_geometry_equals_masked_form_value_and_gradient_at_configured_values():
     s2 = (-tt[:, :64]).clone()
     s2[:, 0] += 3.0
     assert GeometryDistillationLoss()(s2, tt).item() == pytest.approx(geometry_masked(s2, tt).item(), rel=1e-12)
+
+
+# ---------------------------------------------------------------- loop references of the baselines' and SMEC's terms
+def cos(a, b):
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def softplus(x):
+    return math.log(1.0 + math.exp(x))
+
+
+def rows(t):
+    return t.tolist()
+
+
+def rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# ---------------------------------------------------------------- autoencoder, Matryoshka-Adaptor, Search-Adaptor
+def test_reconstruction_mse_by_hand():
+    xhat = torch.tensor([[1.0, 2.0], [0.0, -1.0]])
+    x = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    # squared errors 1, 4, 1, 4 -> mean over 4 entries = 2.5
+    assert ReconstructionMSELoss()(xhat, x).item() == pytest.approx(2.5)
+    a, b = rand(5, 3), rand(5, 3, seed=1)
+    loop = sum((a[i, c].item() - b[i, c].item()) ** 2 for i in range(5) for c in range(3)) / 15
+    assert ReconstructionMSELoss()(a, b).item() == pytest.approx(loop)
+
+
+def test_l1_reconstruction_and_prediction_by_hand():
+    e = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0]])
+    z = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, -1.0]])
+    # item 1: 1 + 2 + 0.5 = 3.5; item 2: 3 -> mean 3.25
+    assert L1ReconstructionLoss()(e, z).item() == pytest.approx(3.25)
+    assert QueryPredictionLoss()(e, z).item() == pytest.approx(3.25)
+    a, b = rand(4, 6), rand(4, 6, seed=2)
+    loop = sum(sum(abs(x - y) for x, y in zip(ra, rb)) for ra, rb in zip(rows(a), rows(b))) / 4
+    assert L1ReconstructionLoss()(a, b).item() == pytest.approx(loop)
+    assert QueryPredictionLoss()(a, b).item() == pytest.approx(loop)
+    # "mean": per-coordinate mean absolute error, (3.5 + 3) / 6 entries
+    assert L1ReconstructionLoss("mean")(e, z).item() == pytest.approx(6.5 / 6)
+    assert QueryPredictionLoss("mean")(a, b).item() == pytest.approx(loop / 6)
+    with pytest.raises(ValueError, match="'sum' or 'mean'"):
+        L1ReconstructionLoss("max")
+
+
+def test_pairwise_softplus_rank_by_hand():
+    # s_p = cos((1,0),(2,0)) = 1, s_n = cos((1,0),(0,3)) = 0 -> (1 - 0) * softplus(-1) = log(1 + e^-1)
+    q, p, n = torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 3.0]])
+    got = PairwiseSoftplusRankLoss()(q, p, n, torch.tensor([1.0]), torch.tensor([0.0]))
+    assert got.item() == pytest.approx(math.log(1 + math.exp(-1)))  # 0.313262
+    q, p, n = rand(6, 5), rand(6, 5, seed=1), rand(6, 5, seed=2)
+    yp = torch.tensor([2.0, 1.0, 1.0, 2.0, 1.0, 1.0], dtype=torch.float64)
+    yn = torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    loop = sum((yp[i].item() - yn[i].item()) * softplus(cos(n[i], q[i]) - cos(q[i], p[i])) for i in range(6)) / 6
+    assert PairwiseSoftplusRankLoss()(q, p, n, yp, yn).item() == pytest.approx(loop)
+
+
+def test_matryoshka_rank_by_hand():
+    q, p, n = rand(5, 8), rand(5, 8, seed=1), rand(5, 8, seed=2)
+    yp = torch.tensor([1.0, 2.0, 1.0, 1.0, 2.0], dtype=torch.float64)
+    yn = torch.zeros(5, dtype=torch.float64)
+    prefixes = [2, 4, 8]
+    terms = [(yp[i].item() - yn[i].item()) * softplus(cos(q[i][:m], n[i][:m]) - cos(q[i][:m], p[i][:m]))
+             for i in range(5) for m in prefixes]
+    assert MatryoshkaRankLoss(prefixes)(q, p, n, yp, yn).item() == pytest.approx(sum(terms) / len(terms))
+    # one prefix equal to the full width = the plain pairwise loss
+    assert MatryoshkaRankLoss([8])(q, p, n, yp, yn).item() == pytest.approx(
+        PairwiseSoftplusRankLoss()(q, p, n, yp, yn).item())
+
+
+def test_matryoshka_pair_by_hand():
+    # 3 items in 2-d, one prefix m = 1: cos of 1-d prefixes is the sign product.
+    z = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    e = torch.tensor([[1.0, 0.0], [1.0, 1.0], [-1.0, 1.0]])
+    # frozen cos: (0,1)=0, (0,2)=(1,2)=1/sqrt2; prefix-1 cos of e: (0,1)=1, (0,2)=-1, (1,2)=-1
+    # |diffs| over ordered pairs: 1, 1+1/sqrt2, 1+1/sqrt2 (each twice) -> mean = 1 + sqrt2/3
+    got = MatryoshkaPairSimilarityLoss([1])(e, z).item()
+    assert got == pytest.approx(1 + math.sqrt(2) / 3)
+    z, e = rand(6, 8), rand(6, 8, seed=3)
+    prefixes = [2, 5, 8]
+    terms = [abs(cos(z[i], z[j]) - cos(e[i][:m], e[j][:m]))
+             for i in range(6) for j in range(6) if i != j for m in prefixes]
+    assert MatryoshkaPairSimilarityLoss(prefixes)(e, z).item() == pytest.approx(sum(terms) / len(terms))
+    # identity adapter and full-width prefix only: zero loss
+    assert MatryoshkaPairSimilarityLoss([8])(z, z).item() == pytest.approx(0.0, abs=1e-12)
+    # a single item has no pairs
+    assert MatryoshkaPairSimilarityLoss([2])(e[:1], z[:1]).item() == 0.0
+
+
+def test_matryoshka_topk_by_hand():
+    n, K, prefixes = 7, 2, [3, 6]
+    z, e = rand(n, 6), rand(n, 6, seed=4)
+    terms = []
+    for i in range(n):
+        others = sorted((j for j in range(n) if j != i), key=lambda j: -cos(z[i], z[j]))
+        for j in others[:K]:
+            for m in prefixes:
+                terms.append(abs(cos(z[i], z[j]) - cos(e[i][:m], e[j][:m])))
+    got = MatryoshkaTopKSimilarityLoss(prefixes, K)(e, z).item()
+    assert got == pytest.approx(sum(terms) / len(terms))
+    # K >= n - 1: every other item is a neighbour, i.e. L_pair
+    assert MatryoshkaTopKSimilarityLoss(prefixes, 50)(e, z).item() == pytest.approx(
+        MatryoshkaPairSimilarityLoss(prefixes)(e, z).item())
+    # neighbours come from the frozen space, not the adapted one
+    assert MatryoshkaTopKSimilarityLoss(prefixes, K)(e, z).item() != pytest.approx(
+        MatryoshkaTopKSimilarityLoss(prefixes, K)(e, e).item())
+    with pytest.raises(ValueError, match="topk"):
+        MatryoshkaTopKSimilarityLoss(prefixes, 0)
+
+
+def test_losses_have_gradients():
+    z = rand(5, 8).float()
+    e = (z + 0.1 * rand(5, 8, seed=1).float()).requires_grad_()
+    loss = (MatryoshkaTopKSimilarityLoss([4, 8], 2)(e, z) + MatryoshkaPairSimilarityLoss([4])(e, z)
+            + L1ReconstructionLoss()(e, z) + MatryoshkaRankLoss([4, 8])(e[:2], e[2:4], e[[4, 0]],
+                                                                         torch.ones(2), torch.zeros(2)))
+    loss.backward()
+    assert e.grad is not None and torch.isfinite(e.grad).all() and e.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------- SMEC (rank term and S-XBM cross-batch term)
+def test_rank_loss_matches_loop():
+    q = [[1.0, 0.0, 2.0], [0.5, -1.0, 0.0]]
+    p = [[1.0, 1.0, 1.0], [0.0, -2.0, 1.0]]
+    n = [[-1.0, 0.0, 0.5], [1.0, 1.0, 1.0]]
+    y_p, y_n = [2.0, 1.0], [0.0, 0.0]
+    expected = sum((y_p[i] - y_n[i]) * softplus(cos(q[i], n[i]) - cos(q[i], p[i])) for i in range(2)) / 2
+    got = PairwiseSoftplusRankLoss()(t(*q), t(*p), t(*n), t(*y_p), t(*y_n))
+    assert got.item() == pytest.approx(expected, abs=1e-12)
+    # equal grades contribute nothing
+    assert PairwiseSoftplusRankLoss()(t(*q), t(*p), t(*n), t(1.0, 1.0), t(1.0, 1.0)).item() == 0.0
+
+
+def test_cross_batch_neighbours_match_loop():
+    anchors = [[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]
+    queue = [[1.0, 0.1, 0.0], [0.9, 0.0, 0.3], [0.0, 1.0, 0.9], [-1.0, 0.2, 0.0], [0.2, 0.5, 0.5]]
+    exclude = [[False, True, False, False, False], [False, False, False, False, False]]
+    m = 2
+    idx, target, valid = SMECCrossBatchLoss.neighbours(t(*anchors), t(*queue), m, torch.tensor(exclude))
+    for i, a in enumerate(anchors):
+        sims = [(cos(a, e), j) for j, e in enumerate(queue) if not exclude[i][j]]
+        best = sorted(sims, reverse=True)[:m]
+        assert idx[i].tolist() == [j for _, j in best]
+        assert target[i].tolist() == pytest.approx([s for s, _ in best], abs=1e-12)
+        assert valid[i].tolist() == [True] * m
+    # fewer admissible entries than m: the empty slots are invalid
+    idx, target, valid = SMECCrossBatchLoss.neighbours(t(*anchors[:1]), t(*queue[:2]), 10,
+                                                       torch.tensor([[False, True]]))
+    assert idx.shape == (1, 2) and valid.tolist() == [[True, False]] and idx[0, 0].item() == 0
+
+
+def test_cross_batch_loss_matches_loop():
+    anchor = [[1.0, 2.0], [0.0, 1.0]]
+    nbrs = [[[1.0, 0.0], [2.0, 2.0], [0.0, -1.0]], [[1.0, 1.0], [3.0, 0.5], [0.0, 0.0]]]
+    target = [[0.9, 0.1, -0.2], [0.5, 0.3, 0.0]]
+    valid = [[True, True, True], [True, False, False]]
+    terms = [abs(cos(anchor[i], nbrs[i][j]) - target[i][j])
+             for i in range(2) for j in range(3) if valid[i][j]]
+    got = SMECCrossBatchLoss()(t(*anchor), t(*nbrs), t(*target), torch.tensor(valid))
+    assert got.item() == pytest.approx(sum(terms) / len(terms), abs=1e-12)
+    # no admissible pair: zero, still differentiable
+    a = t(*anchor).requires_grad_()
+    zero = SMECCrossBatchLoss()(a, t(*nbrs), t(*target), torch.zeros(2, 3, dtype=torch.bool))
+    zero.backward()
+    assert zero.item() == 0.0 and a.grad is not None

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from dive_core.methods import Method, method_class, new_method, resolve_hparams
+from dive_core.methods.specs import check_heads
 from dive_core.training import TrainLog
 from synthetic import FAST, make_problem
 
@@ -29,11 +30,12 @@ def assert_unit_rows(x, k):
     assert np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
 
 
-def test_registry_knows_spine_methods():
-    for name in ("frozen", "truncate", "pca", "dive"):
-        assert method_class(name).type == name
-    with pytest.raises(KeyError, match="unknown method type 'nope'"):
+def test_an_unknown_method_type_is_refused_naming_the_known_ones():
+    known = r"\[.*'dive'.*'frozen'.*'pca'.*'truncate'.*\]"  # discovered from dive_core/methods/, sorted
+    with pytest.raises(KeyError, match=rf"unknown method type 'nope'; known: {known}"):
         method_class("nope")
+    with pytest.raises(KeyError, match=rf"unknown method type 'nope'; known: {known}"):
+        new_method("nope", 32, 8, {}, 0)
 
 
 def test_frozen_is_normalised_identity(problem):
@@ -169,6 +171,17 @@ def test_dive_ablations_train(problem, variant):
 def test_dive_rejects_too_many_heads(problem):
     with pytest.raises(ValueError, match=r"k\*H = 8\*8 = 64 exceeds the embedding dimension d = 32"):
         new_method("dive", problem.d, 8, {**DIVE_HP, "heads": 8}, 0)
+
+
+@pytest.mark.parametrize("k,h,d", [(64, 8, 384), (100, 4, 384), (2049, 1, 2048)])
+def test_heads_exceeding_dimension_are_rejected(k, h, d):
+    with pytest.raises(ValueError, match=r"k\*H = .* exceeds the embedding dimension d"):
+        check_heads(d, k, h)
+
+
+def test_heads_fitting_exactly_are_accepted():
+    check_heads(384, 96, 4)
+    check_heads(4096, 128, 8)
 
 
 def test_dive_is_deterministic_per_seed(problem):

@@ -1,4 +1,5 @@
-"""Search under each encoding of the quality-per-byte frontier, against hand-computed rankings."""
+"""Search (dive_core/retrieval.py): exact top-k against brute force, the self-hit exclusion, and each
+encoding of the quality-per-byte frontier against hand-computed rankings."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 
 from dive_core import retrieval as R
+from dive_core.retrieval import search
 
 DOCS = np.array([[1.0, 0.2, -0.3, 0.5, 0.1, -0.2, 0.4, 0.3],
                  [-1.0, 0.3, 0.2, 0.1, -0.4, 0.2, 0.1, -0.1],
@@ -88,3 +90,72 @@ def test_rescoring_in_bounded_chunks_gives_the_same_ranking(monkeypatch):
     assert max(gathered) <= 5 * 40 * 32 * 4 and len(gathered) == 8  # ceil(37 / 5)
     np.testing.assert_array_equal(whole[1], chunked[1])
     np.testing.assert_allclose(whole[0], chunked[0], rtol=0, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- exact search
+
+
+def _data(seed=0, n_docs=60, n_q=7, d=16):
+    rng = np.random.default_rng(seed)
+    docs = rng.standard_normal((n_docs, d)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    queries = rng.standard_normal((n_q, d)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    return docs, [f"doc{i}" for i in range(n_docs)], queries, [f"q{i}" for i in range(n_q)]
+
+
+def test_search_equals_bruteforce():
+    docs, dids, qs, qids = _data()
+    run = search(docs, dids, qs, qids, top_k=10, use_gpu=False, batch_size=3)
+    scores = qs @ docs.T
+    for i, q in enumerate(qids):
+        order = np.argsort(-scores[i], kind="stable")[:10]
+        assert list(run[q]) == [dids[j] for j in order]
+        np.testing.assert_allclose(list(run[q].values()), scores[i, order], rtol=1e-5, atol=1e-6)
+    assert list(run) == qids
+
+
+def test_search_drops_self_hit_and_keeps_top_k():
+    docs, dids, qs, qids = _data(seed=1)
+    # query "doc5" is identical to document "doc5": its best hit, which must be dropped
+    qs2 = np.vstack([docs[5:6], qs[:2]])
+    qids2 = ["doc5", "q0", "q1"]
+    run = search(docs, dids, qs2, qids2, top_k=10, use_gpu=False)
+    scores = qs2 @ docs.T
+    full = [dids[j] for j in np.argsort(-scores[0], kind="stable")]
+    assert full[0] == "doc5"
+    assert list(run["doc5"]) == full[1:11]
+    assert len(run["doc5"]) == 10
+    for i, q in enumerate(qids2[1:], start=1):
+        assert list(run[q]) == [dids[j] for j in np.argsort(-scores[i], kind="stable")[:10]]
+    # without the exclusion the self hit stays
+    run2 = search(docs, dids, qs2, qids2, top_k=10, use_gpu=False, exclude_self=False)
+    assert list(run2["doc5"]) == full[:10]
+
+
+def test_search_top_k_larger_than_corpus_and_dim_mismatch():
+    docs, dids, qs, qids = _data(n_docs=5)
+    run = search(docs, dids, qs, qids, top_k=100, use_gpu=False)
+    assert all(len(r) == 5 for r in run.values())
+    qids_self = ["doc2"] + qids[1:]
+    run = search(docs, dids, qs, qids_self, top_k=100, use_gpu=False)
+    assert len(run["doc2"]) == 4 and "doc2" not in run["doc2"]
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        search(docs, dids, qs[:, :8], qids, use_gpu=False)
+
+
+def test_search_drops_identical_ids_only_for_listed_queries():
+    import numpy as np
+
+    from dive_core.retrieval import search
+
+    docs = np.array([[1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [0.0, 0.0, 1.0]], dtype=np.float32)
+    dids, qids = ["1", "2", "3"], ["1", "2"]
+    queries = docs[:2].copy()  # query "1" is closest to document "1", query "2" to document "2"
+    both = search(docs, dids, queries, qids, top_k=2, use_gpu=False, exclude_self=True)
+    assert [list(both[q])[0] for q in qids] == ["2", "1"]  # BEIR convention: own id never retrieved
+    listed = search(docs, dids, queries, qids, top_k=2, use_gpu=False, exclude_self=["2"])
+    assert list(listed["1"])[0] == "1" and "2" not in listed["2"]  # "1" is another item: kept
+    assert len(listed["1"]) == 2 and len(listed["2"]) == 2
+    none = search(docs, dids, queries, qids, top_k=2, use_gpu=False, exclude_self=False)
+    assert [list(none[q])[0] for q in qids] == ["1", "2"]

@@ -1,4 +1,4 @@
-"""SMEC baseline (dive_core/methods/smec.py and the SMEC section of dive_core/losses.py)."""
+"""SMEC baseline (dive_core/methods/smec.py); its loss terms alone (dive_core/losses.py) are in test_losses.py."""
 
 import math
 
@@ -7,9 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dive_core.losses import PairwiseSoftplusRankLoss as SMECRankLoss  # SMEC's supervised term
 from dive_core.losses import SMECCrossBatchLoss
-from dive_core.methods import method_class, new_method, resolve_hparams
+from dive_core.methods import new_method, resolve_hparams
 from dive_core.methods.base import Method
 from dive_core.methods.smec import (CrossBatchMemory, FrozenNeighbours, gumbel_topk_mask, split_epochs, stage_widths,
                                     topk_indices)
@@ -28,57 +27,6 @@ def _cos(a, b):
 
 def _softplus(x):
     return math.log(1.0 + math.exp(x))
-
-
-def _t(rows):
-    return torch.tensor(rows, dtype=torch.float64)
-
-
-# -- loss terms against hand computations -----------------------------------------------------
-def test_rank_loss_matches_loop():
-    q = [[1.0, 0.0, 2.0], [0.5, -1.0, 0.0]]
-    p = [[1.0, 1.0, 1.0], [0.0, -2.0, 1.0]]
-    n = [[-1.0, 0.0, 0.5], [1.0, 1.0, 1.0]]
-    y_p, y_n = [2.0, 1.0], [0.0, 0.0]
-    expected = sum((y_p[i] - y_n[i]) * _softplus(_cos(q[i], n[i]) - _cos(q[i], p[i])) for i in range(2)) / 2
-    got = SMECRankLoss()(_t(q), _t(p), _t(n), _t(y_p), _t(y_n))
-    assert got.item() == pytest.approx(expected, abs=1e-12)
-    # equal grades contribute nothing
-    assert SMECRankLoss()(_t(q), _t(p), _t(n), _t([1.0, 1.0]), _t([1.0, 1.0])).item() == 0.0
-
-
-def test_cross_batch_neighbours_match_loop():
-    anchors = [[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]
-    queue = [[1.0, 0.1, 0.0], [0.9, 0.0, 0.3], [0.0, 1.0, 0.9], [-1.0, 0.2, 0.0], [0.2, 0.5, 0.5]]
-    exclude = [[False, True, False, False, False], [False, False, False, False, False]]
-    m = 2
-    idx, target, valid = SMECCrossBatchLoss.neighbours(_t(anchors), _t(queue), m, torch.tensor(exclude))
-    for i, a in enumerate(anchors):
-        sims = [(_cos(a, e), j) for j, e in enumerate(queue) if not exclude[i][j]]
-        best = sorted(sims, reverse=True)[:m]
-        assert idx[i].tolist() == [j for _, j in best]
-        assert target[i].tolist() == pytest.approx([s for s, _ in best], abs=1e-12)
-        assert valid[i].tolist() == [True] * m
-    # fewer admissible entries than m: the empty slots are invalid
-    idx, target, valid = SMECCrossBatchLoss.neighbours(_t(anchors[:1]), _t(queue[:2]), 10,
-                                                       torch.tensor([[False, True]]))
-    assert idx.shape == (1, 2) and valid.tolist() == [[True, False]] and idx[0, 0].item() == 0
-
-
-def test_cross_batch_loss_matches_loop():
-    anchor = [[1.0, 2.0], [0.0, 1.0]]
-    nbrs = [[[1.0, 0.0], [2.0, 2.0], [0.0, -1.0]], [[1.0, 1.0], [3.0, 0.5], [0.0, 0.0]]]
-    target = [[0.9, 0.1, -0.2], [0.5, 0.3, 0.0]]
-    valid = [[True, True, True], [True, False, False]]
-    terms = [abs(_cos(anchor[i], nbrs[i][j]) - target[i][j])
-             for i in range(2) for j in range(3) if valid[i][j]]
-    got = SMECCrossBatchLoss()(_t(anchor), _t(nbrs), _t(target), torch.tensor(valid))
-    assert got.item() == pytest.approx(sum(terms) / len(terms), abs=1e-12)
-    # no admissible pair: zero, still differentiable
-    a = _t(anchor).requires_grad_()
-    zero = SMECCrossBatchLoss()(a, _t(nbrs), _t(target), torch.zeros(2, 3, dtype=torch.bool))
-    zero.backward()
-    assert zero.item() == 0.0 and a.grad is not None
 
 
 # -- ADS ------------------------------------------------------------------------------------
@@ -181,7 +129,6 @@ def test_config_entry_resolves():
     training = dict(epochs=50, batch_size=128, hidden=2048, weight_decay=0.01)
     hp = resolve_hparams("smec", entry, training)
     assert hp == dict(SMEC_SPECIFIC, lr=5.0e-6, **training)
-    assert method_class("smec").supervised
     with pytest.raises(ValueError, match="unknown key"):
         resolve_hparams("smec", dict(entry, margin=0.7), training)
 
