@@ -33,7 +33,7 @@ Decisions (SPEC open):
   mean like every other term of the objective (pairs, neighbours, triplets). It is a reading
   of an ambiguous equation fixed once, not a tuned value: nothing else was tried.
 
-Audit (README Decisions; ``config/audit.yaml``, table ``results/tables/audit_mrl.md``;
+Audit (docs/decisions.md; ``config/audit.yaml``, table ``results/tables/audit_mrl.md``;
 SciFact, MiniLM, 64d, seed 2027, validation nDCG@10 / R@10 / unseen nDCG@10, 101 unseen of 221)::
 
     truncate                          0.4467 / 0.5724 / 0.4778

@@ -19,7 +19,7 @@ Decisions (SPEC open):
   triplets of the batch counts once per triplet); with the graded triplets every positive pair
   of a triplet counts as one positive pair.
 
-Audit against the publication (README Decisions; ``config/audit.yaml``, table
+Audit against the publication (docs/decisions.md; ``config/audit.yaml``, table
 ``results/tables/audit_search_adaptor.md``; SciFact, MiniLM, 64d, seed 2027, select stage:
 validation queries only, 221 of them, 101 ``unseen``). Published: one shared adapter with a skip
 connection, a graded pairwise logistic rank loss on cosines, an L1 recovery term and an L1
