@@ -1,6 +1,7 @@
 """HDF5 embedding store: one file per (dataset, backbone).
 
-Layout::
+Layout (``records.LAYOUTS["embeddings"]``, checked by every reader; a corpus shard's is
+``records.LAYOUTS["embedding_shard"]``)::
 
     /corpus/ids      utf-8 strings (n_docs,)
     /corpus/emb      float32 (n_docs, dim)   backbone output, as produced
@@ -219,17 +220,15 @@ def write_embeddings(
         raise ValueError(f"corpus dim {np.asarray(docs).shape[1]} != queries dim "
                          f"{np.asarray(queries).shape[1]}")
     sha = content_sha256([(doc_ids, docs), (query_ids, queries)])
-    str_dt = h5py.string_dtype("utf-8")
     with atomic_path(path, suffix=".h5.tmp") as tmp:
-        with h5py.File(tmp, "w", track_order=True) as f:
+        with h5py.File(tmp, "w", track_order=True) as f:  # the datasets of records.LAYOUTS["embeddings"]
             for group, ids, mat in (("corpus", doc_ids, docs), ("queries", query_ids, queries)):
-                g = f.create_group(group)
-                g.create_dataset("ids", data=np.asarray(list(ids), dtype=object), dtype=str_dt,
-                                 track_times=False)
-                ds = g.create_dataset("emb", shape=np.shape(mat), dtype=np.float32, track_times=False)
+                records.h5_dataset("embeddings", f, f"{group}/ids", data=ids)
+                ds = records.h5_dataset("embeddings", f, f"{group}/emb", shape=np.shape(mat))
                 for s in range(0, len(mat), 65536):  # in row chunks: no second copy in memory
                     ds[s:s + 65536] = np.asarray(mat[s:s + 65536], dtype=np.float32)
             _write_attrs(f, attrs, "embeddings", content_sha256=sha)
+            records.check_h5("embeddings", f, path)
     return sha
 
 
@@ -290,18 +289,18 @@ def read_embeddings(path: str | Path, normalize: bool = True,
 
     path = Path(path)
     try:
-        with h5py.File(path, "r") as f:
-            doc_ids, query_ids = _read_ids(f["corpus/ids"]), _read_ids(f["queries/ids"])
-            docs = np.asarray(f["corpus/emb"][()], dtype=np.float32)  # no copy when stored as float32
-            queries = np.asarray(f["queries/emb"][()], dtype=np.float32)
-            attrs = _read_attrs(f)
-    except (OSError, KeyError) as exc:
+        f = h5py.File(path, "r")
+    except OSError as exc:
         raise ValueError(f"{path}: not a valid embedding file: {exc}") from exc
-    if docs.ndim != 2 or queries.ndim != 2 or len(doc_ids) != len(docs) \
-            or len(query_ids) != len(queries) or docs.shape[1] != queries.shape[1]:
-        raise ValueError(f"{path}: not a valid embedding file: {len(doc_ids)} doc ids / "
-                         f"{docs.shape} docs, {len(query_ids)} query ids / {queries.shape} queries")
-    attrs = records.check("embeddings", attrs, path)
+    with f:
+        records.check_h5("embeddings", f, path)  # datasets, types and shapes, before any is read
+        attrs = records.check("embeddings", _read_attrs(f), path)
+        try:
+            doc_ids, query_ids = _read_ids(f["corpus/ids"]), _read_ids(f["queries/ids"])
+            docs = np.asarray(f["corpus/emb"][()], dtype=np.float32)  # stored as float32: no copy
+            queries = np.asarray(f["queries/emb"][()], dtype=np.float32)
+        except OSError as exc:
+            raise ValueError(f"{path}: not a valid embedding file: {exc}") from exc
     if expected_source is not None:
         from .data import check_same_source
 
@@ -451,12 +450,12 @@ def embed_part(
              "shards": shards or 0, "inputs_key": key, "n_docs": len(doc_ids), "n_queries": len(query_ids),
              "seconds": round(seconds, 3)}
     with atomic_path(out_path, suffix=".h5.tmp") as tmp:
-        with h5py.File(tmp, "w", track_order=True) as f:
-            f.create_dataset("ids", data=np.asarray([ids[i] for i in rows], dtype=object),
-                             dtype=h5py.string_dtype("utf-8"), track_times=False)
-            f.create_dataset("rows", data=np.asarray(rows, dtype=np.int64), track_times=False)
-            f.create_dataset("emb", data=np.asarray(mat, dtype=np.float32), track_times=False)
+        with h5py.File(tmp, "w", track_order=True) as f:  # the datasets of records.LAYOUTS["embedding_shard"]
+            records.h5_dataset("embedding_shard", f, "ids", data=[ids[i] for i in rows])
+            records.h5_dataset("embedding_shard", f, "rows", data=np.asarray(rows, dtype=np.int64))
+            records.h5_dataset("embedding_shard", f, "emb", data=np.asarray(mat, dtype=np.float32))
             _write_attrs(f, attrs, "embedding_shard")
+            records.check_h5("embedding_shard", f, out_path)
     del mat
     shutil.rmtree(work, ignore_errors=True)
     log.info("wrote %s: %s, %d rows, dim %d (%.1fs)", out_path, part, len(rows), backbone.dim, seconds)
@@ -477,11 +476,12 @@ def gather_embeddings(paths: Sequence[str | Path], out_path: str | Path) -> dict
     parts: dict[str, tuple[Path, dict]] = {}
     for p in map(Path, paths):
         try:
-            with h5py.File(p, "r") as f:
-                attrs = _read_attrs(f)
+            f = h5py.File(p, "r")
         except OSError as exc:
             raise ValueError(f"{p}: not a readable embedding shard: {exc}") from exc
-        attrs = records.check("embedding_shard", attrs, p)
+        with f:
+            records.check_h5("embedding_shard", f, p)
+            attrs = records.check("embedding_shard", _read_attrs(f), p)
         if attrs["part"] in parts:
             raise ValueError(f"{p} and {parts[attrs['part']][0]}: the same part {attrs['part']!r} twice")
         parts[attrs["part"]] = (p, attrs)

@@ -10,9 +10,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .atomic import atomic_open
+from . import records
 from .embeddings import Embeddings
-from .metrics import METRICS, _top, evaluate, mean_metrics
+from .metrics import _top, evaluate, mean_metrics
 from .retrieval import search
 from .splits import STAGES, eval_queries, role_qrels
 
@@ -91,22 +91,12 @@ def train_positive_share(run: Mapping[str, Mapping[str, float]], positives: set[
 
 def write_per_query(path: str | Path, per_query: Mapping[str, Mapping[str, float]],
                     order: Sequence[str] | None = None) -> None:
-    cols = ("query_id",) + METRICS + ("seen",)
-    with atomic_open(path, "w", encoding="utf-8") as fh:
-        fh.write("\t".join(cols) + "\n")
-        for q in order or sorted(per_query):
-            r = per_query[q]
-            fh.write("\t".join([q] + [f"{r[m]:.6f}" for m in METRICS] + [str(r.get("seen", ""))]) + "\n")
+    """The per-query TSV (:data:`dive_core.records.TABLES` ``per_query``): one row per query of
+    ``order`` (default: sorted), its metrics and whether it is ``seen``."""
+    records.write_tsv("per_query", path, ({**per_query[q], "query_id": q} for q in order or sorted(per_query)))
 
 
 def read_per_query(path: str | Path) -> dict[str, dict[str, float]]:
-    path = Path(path)
-    out: dict[str, dict[str, float]] = {}
-    with open(path, encoding="utf-8") as fh:
-        header = fh.readline().rstrip("\n").split("\t")
-        for lineno, line in enumerate(fh, start=2):
-            vals = line.rstrip("\n").split("\t")
-            if len(vals) != len(header):
-                raise ValueError(f"{path}:{lineno}: expected {len(header)} columns, got {len(vals)}")
-            out[vals[0]] = {c: float(v) for c, v in zip(header[1:], vals[1:]) if v != ""}
-    return out
+    """``{query_id: {metric: value, "seen": 0 | 1}}`` of a per-query TSV (checked: header, types)."""
+    cols = records.read_tsv("per_query", path)
+    return {row.pop("query_id"): row for row in records.tsv_rows(cols)}

@@ -192,36 +192,20 @@ def run_epochs(
 
 
 def write_log_tsv(path, log_: TrainLog) -> None:
-    """The per-epoch log as TSV (written atomically); floats with 6 significant digits."""
-    from .atomic import atomic_open
+    """The per-epoch log as TSV (:data:`dive_core.records.TABLES` ``train_log``, written
+    atomically): epoch, phase, then the logged terms, total and seconds as they first appear, floats
+    with 6 significant digits; a term a row lacks is an empty cell."""
+    from . import records
 
-    cols = log_.columns() or ["epoch", "phase", "total", "seconds"]
-    with atomic_open(path, "w", encoding="utf-8") as fh:
-        fh.write("\t".join(cols) + "\n")
-        for r in log_.rows:
-            vals = []
-            for c in cols:
-                v = r.get(c, "")
-                vals.append(f"{v:.6g}" if isinstance(v, float) else str(v))
-            fh.write("\t".join(vals) + "\n")
+    records.write_tsv("train_log", path, log_.rows, columns=log_.columns() or None)
 
 
 def read_log_tsv(path) -> list[dict]:
-    """The per-epoch log written by :func:`write_log_tsv`: one dict per epoch, numbers as floats."""
-    import csv
+    """The per-epoch log written by :func:`write_log_tsv`: one dict per epoch (``epoch`` an int,
+    ``phase`` a string, the other columns floats; a term the epoch did not log left out)."""
+    from . import records
 
-    with open(path, encoding="utf-8", newline="") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
-    out = []
-    for r in rows:
-        row = {}
-        for k, v in r.items():
-            try:
-                row[k] = float(v)
-            except (TypeError, ValueError):
-                row[k] = v
-        out.append(row)
-    return out
+    return records.tsv_rows(records.read_tsv("train_log", path))
 
 
 def fit_data(emb, train_qids: Sequence[str], triplets_path=None, device: str = "cpu") -> FitData:

@@ -29,7 +29,6 @@ Two switches, both off in the paper's protocol:
 
 from __future__ import annotations
 
-import csv
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +36,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .atomic import atomic_open
-
-HEADER = ("query_id", "pos_id", "neg_id", "pos_score", "neg_score")
+from . import records
 
 
 def pair_rng(seed: int, query_id: str, pos_id: str) -> np.random.Generator:
@@ -127,31 +124,15 @@ def build_triplets(
 
 
 def write_triplets(path: str | Path, t: Triplets) -> None:
-    with atomic_open(path, "w", encoding="utf-8", newline="") as fh:
-        w = csv.writer(fh, delimiter="\t", lineterminator="\n")
-        w.writerow(HEADER)
-        for row in zip(t.query_ids, t.pos_ids, t.neg_ids, t.pos_scores, t.neg_scores):
-            w.writerow((row[0], row[1], row[2], int(row[3]), int(row[4])))
+    """The triplets TSV (:data:`dive_core.records.TABLES` ``triplets_tsv``), written atomically."""
+    records.write_tsv("triplets_tsv", path, zip(t.query_ids, t.pos_ids, t.neg_ids, t.pos_scores, t.neg_scores))
 
 
 def read_triplets(path: str | Path) -> Triplets:
-    path = Path(path)
-    with open(path, encoding="utf-8", newline="") as fh:
-        r = csv.reader(fh, delimiter="\t")
-        header = next(r, None)
-        if tuple(header or ()) != HEADER:
-            raise ValueError(f"{path}:1: expected header {HEADER}, got {header}")
-        q, p, n, ps, ns = [], [], [], [], []
-        for lineno, row in enumerate(r, start=2):
-            if len(row) != 5:
-                raise ValueError(f"{path}:{lineno}: expected 5 columns, got {len(row)}")
-            try:
-                ps.append(float(row[3]))
-                ns.append(float(row[4]))
-            except ValueError:
-                raise ValueError(f"{path}:{lineno}: scores must be numbers") from None
-            q.append(row[0]); p.append(row[1]); n.append(row[2])
-    return Triplets(q, p, n, np.asarray(ps, np.float32), np.asarray(ns, np.float32))
+    """The triplets of a TSV written by :func:`write_triplets` (checked: header, types)."""
+    cols = records.read_tsv("triplets_tsv", path)
+    return Triplets(cols["query_id"], cols["pos_id"], cols["neg_id"], np.asarray(cols["pos_score"], np.float32),
+                    np.asarray(cols["neg_score"], np.float32))
 
 
 def triplet_stats(t: Triplets) -> dict:

@@ -44,7 +44,7 @@ rule efficiency_synthetic:
             "measure", "runtime", extra_mb=resources.synthetic_mb(PLAN.setting("efficiency"))
         ),
     params:
-        record=records.FORMATS["efficiency"],  # a new record format reruns the job
+        record=records.FORMATS["efficiency_synthetic"],  # a new record format reruns the job
         settings=PLAN.setting("efficiency"),
     script:
         "../workflow_scripts/efficiency_synthetic.py"

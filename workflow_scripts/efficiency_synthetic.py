@@ -22,5 +22,6 @@ for n, d in grid:
     log.info("n=%d d=%d: %.3f ms median (bound %.3f ms), %.0f q/s", n, d, row["latency_ms_median"],
              row["lower_bound_ms"], row["throughput_qps"])
     del docs
-records.write("efficiency", snakemake.output[0], {"dataset": "synthetic", **info, **bw, "indexes": rows,
-                                 "versions": provenance.versions(), "runtime": provenance.runtime(snakemake.threads)})
+records.write("efficiency_synthetic", snakemake.output[0], {
+    "dataset": "synthetic", **info, **bw, "indexes": rows, "versions": provenance.versions(),
+    "runtime": provenance.runtime(snakemake.threads)})

@@ -8,7 +8,8 @@ from dive_core.studies import STUDIES, StudyContext
 log = runlog.setup(snakemake.log[0])
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
 kind = p.study if p.study in plan.OWN_JSON_STUDIES else "result"  # efficiency, frontier: their own records
-results = [records.read(kind, path) for path in inp.results]
+kinds = (kind, "efficiency_synthetic") if kind == "efficiency" else (kind,)  # + the synthetic scaling's record
+results = [records.read_one_of(kinds, path) for path in inp.results]
 per_query, train_logs = {}, {}
 if kind == "result":  # each run's per-query and train-log file, declared in the same order as its record
     for r, path, pq, tl in zip(results, inp.results, inp.per_query, inp.train_logs):
