@@ -39,6 +39,7 @@ import numpy as np
 
 from . import records
 from .atomic import atomic_path
+from .paths import QUERIES_PART, parse_part, part_name  # noqa: F401  (part names, re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -392,24 +393,7 @@ def embed_dataset(
 
 
 # ---- sharded embedding: one job per corpus range (and one for the queries), then a gather --------
-QUERIES_PART = "queries"
-
-
-def part_name(shard: int | None, shards: int) -> str:
-    """The name of one part of a sharded embedding: ``queries``, or ``corpus{i}of{n}``."""
-    return QUERIES_PART if shard is None else f"corpus{shard}of{shards}"
-
-
-def parse_part(name: str) -> tuple[int | None, int | None]:
-    """``(shard, shards)`` of a part name; ``(None, None)`` for the queries part."""
-    import re
-
-    if name == QUERIES_PART:
-        return None, None
-    m = re.fullmatch(r"corpus(\d+)of(\d+)", name)
-    if not m:
-        raise ValueError(f"embedding part {name!r}: expected 'queries' or 'corpus<i>of<n>'")
-    return int(m.group(1)), int(m.group(2))
+# the part names and their grammar: dive_core.paths (part_name, parse_part), also the rules' wildcard
 
 
 def embed_part(
