@@ -27,9 +27,11 @@ a resumed run writes exactly the vectors of an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,6 +204,65 @@ def _read_ids(ds) -> list[str]:
     return [s.decode() if isinstance(s, bytes) else s for s in ds[()]]
 
 
+class EmbeddingFile:
+    """An embedding file (``records.LAYOUTS["embeddings"]``) written group by group and row chunk by
+    row chunk, in any row order, so that memory never holds a whole matrix::
+
+        with EmbeddingFile(path, dim) as f:
+            f.begin("corpus", doc_ids)
+            f.put("corpus", rows, vectors)   # rows: a slice, or increasing row numbers
+            f.begin("queries", query_ids)
+            ...
+            f.finish(attrs)                  # content_sha256 from what was written, attributes, checks
+
+    The file appears under ``path`` only after :meth:`finish` and a clean exit."""
+
+    def __init__(self, path: str | Path, dim: int):
+        self.path, self.dim = Path(path), int(dim)
+        self.ids: dict[str, list[str]] = {}
+        self.sha: str | None = None
+
+    def __enter__(self) -> "EmbeddingFile":
+        import h5py
+
+        self._stack = contextlib.ExitStack()
+        tmp = self._stack.enter_context(atomic_path(self.path, suffix=".h5.tmp"))
+        self.f = self._stack.enter_context(h5py.File(tmp, "w", track_order=True))
+        return self
+
+    def begin(self, group: str, ids: Sequence[str]) -> None:
+        self.ids[group] = list(ids)
+        records.h5_dataset("embeddings", self.f, f"{group}/ids", data=self.ids[group])
+        records.h5_dataset("embeddings", self.f, f"{group}/emb", shape=(len(self.ids[group]), self.dim))
+
+    def put(self, group: str, rows: slice | np.ndarray, mat: np.ndarray) -> None:
+        """Write ``mat`` into ``rows`` of ``group`` (consecutive runs of row numbers as one write)."""
+        ds, mat = self.f[f"{group}/emb"], np.asarray(mat, dtype=np.float32)
+        if isinstance(rows, slice):
+            ds[rows] = mat
+            return
+        rows = np.asarray(rows)
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        for a, b in zip(np.r_[0, breaks], np.r_[breaks, len(rows)]):
+            ds[rows[a]:rows[a] + (b - a)] = mat[a:b]
+
+    def finish(self, attrs: Mapping[str, Any]) -> str:
+        sha = content_sha256([(self.ids[g], self.f[f"{g}/emb"]) for g in ("corpus", "queries")])
+        _write_attrs(self.f, attrs, "embeddings", content_sha256=sha)
+        records.check_h5("embeddings", self.f, self.path)
+        self.sha = sha
+        return sha
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None and self.sha is None:
+            try:
+                raise ValueError(f"{self.path}: written without finish(); nothing kept")
+            except ValueError:
+                self._stack.__exit__(*sys.exc_info())
+                raise
+        return bool(self._stack.__exit__(exc_type, exc, tb))
+
+
 def write_embeddings(
     path: str | Path,
     doc_ids: Sequence[str],
@@ -210,8 +271,6 @@ def write_embeddings(
     queries: np.ndarray,
     attrs: Mapping[str, Any],
 ) -> str:
-    import h5py
-
     doc_ids, query_ids = list(doc_ids), list(query_ids)
     for name, ids, mat in (("corpus", doc_ids, docs), ("queries", query_ids, queries)):
         mat = np.asarray(mat)
@@ -220,17 +279,12 @@ def write_embeddings(
     if np.asarray(docs).shape[1] != np.asarray(queries).shape[1]:
         raise ValueError(f"corpus dim {np.asarray(docs).shape[1]} != queries dim "
                          f"{np.asarray(queries).shape[1]}")
-    sha = content_sha256([(doc_ids, docs), (query_ids, queries)])
-    with atomic_path(path, suffix=".h5.tmp") as tmp:
-        with h5py.File(tmp, "w", track_order=True) as f:  # the datasets of records.LAYOUTS["embeddings"]
-            for group, ids, mat in (("corpus", doc_ids, docs), ("queries", query_ids, queries)):
-                records.h5_dataset("embeddings", f, f"{group}/ids", data=ids)
-                ds = records.h5_dataset("embeddings", f, f"{group}/emb", shape=np.shape(mat))
-                for s in range(0, len(mat), 65536):  # in row chunks: no second copy in memory
-                    ds[s:s + 65536] = np.asarray(mat[s:s + 65536], dtype=np.float32)
-            _write_attrs(f, attrs, "embeddings", content_sha256=sha)
-            records.check_h5("embeddings", f, path)
-    return sha
+    with EmbeddingFile(path, np.shape(docs)[1]) as f:
+        for group, ids, mat in (("corpus", doc_ids, docs), ("queries", query_ids, queries)):
+            f.begin(group, ids)
+            for s in range(0, len(mat), 65536):  # in row chunks: no second copy in memory
+                f.put(group, slice(s, s + 65536), mat[s:s + 65536])
+        return f.finish(attrs)
 
 
 @dataclass

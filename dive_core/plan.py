@@ -399,6 +399,36 @@ def experiment_title(config: Mapping, name: str) -> str:
 
 
 # --------------------------------------------------------------------------- checks
+VECTORS = "vectors"  # the backbone family that reads embeddings from files (dive_core.vectors)
+VECTOR_KEYS = ("corpus", "queries", "id_column", "vector_column", "sha256")
+
+
+def check_vectors_backbone(name: str, bb: Mapping, datasets: Iterable[str]) -> None:
+    """A ``family: vectors`` backbone: files, not a model; one ingest job per dataset; a path shared
+    by several datasets must hold ``{dataset}``, and a pinned sha256 is per file."""
+    other = [k for k in ("model", "base_model", "source", "shards", "peft_model") if k in bb]
+    if other:
+        raise ConfigError(f"config: backbones.{name}: {other} do not apply to a backbone of family {VECTORS!r} "
+                          "(its vectors come from the files corpus: and queries:, ingested in one job)")
+    datasets = list(datasets)
+    for role in ("corpus", "queries"):
+        path = str(bb[role])
+        if "{" in path.replace("{dataset}", ""):
+            raise ConfigError(f"config: backbones.{name}.{role} = {path!r}: the only placeholder is {{dataset}}")
+        if len(datasets) > 1 and "{dataset}" not in path:
+            raise ConfigError(f"config: backbones.{name}.{role} = {path!r} names one file for the datasets "
+                              f"{datasets}; put {{dataset}} in the path")
+        from .vectors import VectorFileError, vector_format
+
+        try:
+            vector_format(path)
+        except VectorFileError as exc:
+            raise ConfigError(f"config: backbones.{name}.{role}: {exc}") from None
+        pin = (bb.get("sha256") or {}).get(role)
+        if isinstance(pin, str) and "{dataset}" in path and len(datasets) > 1:
+            raise ConfigError(f"config: backbones.{name}.sha256.{role} is one sha256 for a file per dataset; give "
+                              "a mapping dataset -> sha256")
+
 def check_method(config: Mapping, mname: str, d: int, k: int, where: str) -> None:
     """Check a method as its jobs will build it (d, k, resolved hyperparameters): every value's
     type and range (a value given on the command line as a string, such as heads: '7', is
@@ -425,6 +455,11 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
         for which, k in bb["dims"].items():
             if k > bb["dim"]:
                 raise ConfigError(f"config: backbones.{bname}.dims.{which} = {k} exceeds dim {bb['dim']}")
+        if bb["family"] == VECTORS:
+            check_vectors_backbone(bname, bb, config["datasets"])
+        elif any(k in bb for k in VECTOR_KEYS):
+            raise ConfigError(f"config: backbones.{bname}: {sorted(k for k in VECTOR_KEYS if k in bb)} belong to a "
+                              f"backbone of family {VECTORS!r}, not {bb['family']!r}")
         if "source" in bb and bb.get("model") != paths.model_dir(bname):
             raise ConfigError(f"config: backbones.{bname}.model = {bb.get('model')!r}: a backbone with source: is "
                               f"fetched by rule fetch_model into {paths.model_dir(bname)!r}; set model: to that folder")
@@ -718,6 +753,23 @@ class Plan:
     def model_folder(self, w: Any) -> list[str] | str:
         """The fetched model folder an embedding job reads (none for wheel-shipped or hub-cached models)."""
         return self.backbone(_wildcards(w)["backbone"]).model_dir or []
+
+    def vector_files(self, w: Any) -> list[str]:
+        """The files a ``family: vectors`` backbone's embedding job ingests for the dataset (the
+        corpus and queries files, and a .npy's id list beside it); none for an encoder."""
+        from .vectors import ids_path, vector_format
+
+        w = _wildcards(w)
+        bb = self.backbone(w["backbone"]).entry
+        if bb["family"] != VECTORS:
+            return []
+        files = []
+        for role in ("corpus", "queries"):
+            path = bb[role].replace("{dataset}", w["dataset"])
+            files.append(path)
+            if vector_format(path) == "npy":
+                files.append(str(ids_path(path)))
+        return files
 
     def embed_parts(self, w: Any) -> list[str]:
         """The parts a sharded backbone's embedding is gathered from (none when ``shards`` is 1)."""

@@ -21,8 +21,9 @@ JOB_RESOURCES = {
     "measure": (2000, 3.0, 3.5, 60, 120),  # efficiency, frontier: several indexes of one corpus
     "small": (1000, 2.0, 0.0, 10, 10),     # tables, selection, headline copies, downloads
 }
-BACKBONE_MEM_MB = {"sentence_transformers": 2000, "llm2vec": 24000}  # weights + activations, default
-MATRIX_SUFFIXES = (".h5", ".pt", ".npy")
+# weights + activations, default; vectors: files ingested in row chunks, no model
+BACKBONE_MEM_MB = {"sentence_transformers": 2000, "llm2vec": 24000, "vectors": 500}
+MATRIX_SUFFIXES = (".h5", ".pt", ".npy", ".parquet")
 
 
 def job_resources(kind: str, text_mb: float, matrix_mb: float = 0.0, backbone: Mapping | None = None,

@@ -51,6 +51,7 @@ rule embed:
         source=SOURCE,
         model=PLAN.model_folder,
         parts=PLAN.embed_parts,
+        vectors=PLAN.vector_files,
     output:
         EMBEDDINGS,
     log:

@@ -360,3 +360,58 @@ def test_every_wildcard_value_the_plan_writes_into_a_path_matches_its_grammar():
             assert paths.part_name(shard, shards or n) == name
     with pytest.raises(ValueError, match="expected 'queries' or 'corpus<i>of<n>'"):
         paths.parse_part("corpus2")
+
+
+# -- a backbone of family vectors (embeddings from files) -----------------------------------
+def vectors_config(**entry):
+    cfg = copy.deepcopy(CONFIG)
+    cfg["backbones"]["llm"] = {"family": "vectors", "dim": 4096, "dims": {"primary": 128, "secondary": 256},
+                               "corpus": "/data/vec/{dataset}/corpus.npy",
+                               "queries": "/data/vec/{dataset}/queries.parquet", **entry}
+    return cfg
+
+
+def test_a_vectors_backbone_reads_its_files_and_nothing_else():
+    p = resolved(vectors_config(sha256={"corpus": {"scifact": "a" * 64}}))
+    assert p.vector_files({"dataset": "scifact", "backbone": "llm"}) == [
+        "/data/vec/scifact/corpus.npy", "/data/vec/scifact/corpus.ids.txt", "/data/vec/scifact/queries.parquet"]
+    assert p.vector_files({"dataset": "scifact", "backbone": "minilm"}) == []
+    spec = p.backbone("llm").job_spec
+    assert spec["corpus"] == "/data/vec/{dataset}/corpus.npy" and spec["sha256"] == {"corpus": {"scifact": "a" * 64}}
+    assert p.model_folder({"backbone": "llm"}) == [] and p.query_instruction({"dataset": "scifact",
+                                                                               "backbone": "llm"}) == ""
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"shards": 4}, r"backbones.llm: \['shards'\] do not apply to a backbone of family 'vectors'"),
+    ({"model": "x"}, r"backbones.llm: \['model'\] do not apply"),
+    ({"corpus": "/data/vec/corpus.parquet"}, r"backbones.llm.corpus = '/data/vec/corpus.parquet' names one file for "
+                                             r"the datasets \['scifact'.*put \{dataset\} in the path"),
+    ({"queries": "/data/{dataset}/q.csv"}, r"backbones.llm.queries: /data/scifact/q.csv|backbones.llm.queries: .*"
+                                           r"unknown vector file type '.csv'"),
+    ({"corpus": "/data/{dataset}/{split}.npy"}, r"the only placeholder is \{dataset\}"),
+])
+def test_a_vectors_backbone_that_cannot_work_is_refused_naming_its_key(entry, message):
+    cfg = vectors_config(**entry)
+    cfg["datasets"] = ["scifact", "nfcorpus"]
+    with pytest.raises(dcfg.ConfigError, match=message):
+        resolved(cfg)
+    cfg = copy.deepcopy(CONFIG)
+    cfg["backbones"]["minilm"]["corpus"] = "/x.parquet"
+    with pytest.raises(dcfg.ConfigError, match=r"backbones.minilm: \['corpus'\] belong to a backbone of family "
+                                               r"'vectors', not 'sentence_transformers'"):
+        resolved(cfg)
+
+
+def test_smecs_stages_at_the_papers_dimensions_need_enough_epochs_at_plan_time():
+    """4096d -> 128d is five SMEC stages: three epochs cannot be split over them, which the plan
+    says before any job starts (the test config's 3 epochs once failed inside the training job)."""
+    cfg = vectors_config()
+    cfg["training"]["epochs"] = 3
+    cfg["experiments"]["main"]["backbones"] = ["llm"]
+    with pytest.raises(dcfg.ConfigError, match=r"methods.smec \(experiments.main, backbone llm .*d = 4096, "
+                                               r"k = 128\): .*epochs = 3 cannot be split over its 5 stages"):
+        resolved(cfg)
+    cfg["methods"]["smec"]["epochs"] = 5
+    cfg["experiments"] = {"main": cfg["experiments"]["main"]}
+    assert resolved(cfg).hparams("smec")["epochs"] == 5

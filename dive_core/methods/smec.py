@@ -118,16 +118,7 @@ from torch import nn
 from ..adapters import ResidualMLP
 from ..losses import PairwiseSoftplusRankLoss, SMECCrossBatchLoss
 from .base import TorchMethod, register
-
-
-def stage_widths(d: int, k: int) -> list[int]:
-    """``[d, w_1, ..., k]`` with ``w_{s+1} = max(w_s // 2, k)`` (decision 1)."""
-    if not 1 <= k <= d:
-        raise ValueError(f"smec: need 1 <= k <= d, got k={k}, d={d}")
-    widths = [int(d)]
-    while widths[-1] > k:
-        widths.append(max(widths[-1] // 2, int(k)))
-    return widths
+from .specs import stage_widths  # noqa: F401  (the stage plan, defined without torch)
 
 
 def split_epochs(total: int, n_stages: int) -> list[int]:

@@ -136,8 +136,23 @@ def _search_adaptor(d: int, k: int, hp: Mapping[str, Any]) -> None:
     as_bool("search_adaptor", hp, "prediction_stop_gradient")
 
 
+def stage_widths(d: int, k: int) -> list[int]:
+    """SMEC's widths ``[d, w_1, ..., k]`` with ``w_{s+1} = max(w_s // 2, k)`` (decision 1 of
+    :mod:`dive_core.methods.smec`): one training stage per step."""
+    if not 1 <= k <= d:
+        raise ValueError(f"smec: need 1 <= k <= d, got k={k}, d={d}")
+    widths = [int(d)]
+    while widths[-1] > k:
+        widths.append(max(widths[-1] // 2, int(k)))
+    return widths
+
+
 def _smec(d: int, k: int, hp: Mapping[str, Any]) -> None:
     check_shared("smec", hp)
+    stages = len(stage_widths(d, k)) - 1
+    if isinstance(hp["epochs"], int) and hp["epochs"] < stages:
+        raise ValueError(f"method 'smec': epochs = {hp['epochs']} cannot be split over its {stages} stages at "
+                         f"d = {d} -> k = {k} (widths {stage_widths(d, k)}); give it at least {stages} epochs")
     as_int("smec", hp, "queue_size")
     as_int("smec", hp, "queue_neighbors")
     as_float("smec", hp, "gumbel_tau", positive=True)
