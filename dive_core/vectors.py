@@ -7,7 +7,7 @@ Three formats, chosen by the file's extension:
   holding a fixed-size or variable list of float16, float32 or float64 (or int8: codes written by
   ``dive-compress --encoding int8``);
 * ``.npy``: an (n, d) float16/float32/float64 matrix, with ``<name>.ids.txt`` beside it, one id a
-  line, in row order;
+  line, in row order (and ``<name>.meta.json`` when the file has metadata);
 * ``.h5`` / ``.hdf5``: the workflow's own layout, ``ids`` (strings) and ``emb`` (n, d) datasets,
   at the file's root or in a group (``corpus`` / ``queries`` in an ``embeddings.h5``).
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -54,6 +55,26 @@ def vector_format(path: str | os.PathLike) -> str:
 def ids_path(npy: str | os.PathLike) -> Path:
     """The id list beside a ``.npy`` matrix: ``corpus.npy`` -> ``corpus.ids.txt``."""
     return Path(npy).with_suffix(".ids.txt")
+
+
+def meta_path(npy: str | os.PathLike) -> Path:
+    """The metadata beside a ``.npy`` matrix (what Parquet and HDF5 keep inside the file):
+    ``corpus.npy`` -> ``corpus.meta.json``, a JSON object of strings."""
+    return Path(npy).with_suffix(".meta.json")
+
+
+def h5_sets(path: str | os.PathLike) -> list[str | None]:
+    """The vector sets of an HDF5 file: ``[None]`` for ``ids`` + ``emb`` at its root, else the
+    groups that hold them (``corpus``, ``queries`` of an ``embeddings.h5``)."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            if "ids" in f and "emb" in f:
+                return [None]
+            return [g for g in f if isinstance(f[g], h5py.Group) and {"ids", "emb"} <= set(f[g])]
+    except OSError as exc:
+        raise VectorFileError(f"{path}: not a readable HDF5 file: {exc}") from None
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
@@ -93,7 +114,8 @@ class VectorFile:
         import pyarrow.parquet as pq
 
         try:
-            self._pq = pq.ParquetFile(self.path)
+            # read through a small buffer, row group by row group: memory does not grow with the file
+            self._pq = pq.ParquetFile(self.path, buffer_size=1 << 20, pre_buffer=False)
         except (OSError, pa.ArrowException) as exc:
             raise VectorFileError(f"{self.path}: not a readable Parquet file: {exc}") from None
         schema = self._pq.schema_arrow
@@ -133,13 +155,18 @@ class VectorFile:
         if not self.ids_file.is_file():
             raise VectorFileError(f"{self.path}: no id list {self.ids_file.name} beside it (one id a line, "
                                   "in row order)")
+        if self._mat.dtype.hasobject or not self._mat.flags.c_contiguous:
+            raise VectorFileError(f"{self.path}: a Fortran-ordered or object array; expected a C-ordered (n, d) matrix")
         self.n, self.dim = map(int, self._mat.shape)
         self.dtype = self._mat.dtype.name
+        self._offset = int(self._mat.offset)  # where the rows start, after the .npy header
+        del self._mat  # rows are read with np.fromfile: mapped pages would count as resident memory
         with open(self.ids_file, "rb") as fh:
             n_ids = sum(1 for _ in fh)
         if n_ids != self.n:
             raise VectorFileError(f"{self.ids_file}: {n_ids} ids for the {self.n} rows of {self.path.name}")
-        self.meta = {}
+        meta = meta_path(self.path)
+        self.meta = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else {}
 
     def _open_h5(self) -> None:
         import h5py
@@ -167,48 +194,70 @@ class VectorFile:
             self.meta = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in emb.attrs.items()}
 
     # ---- reading -----------------------------------------------------------------------------
-    def chunks(self, rows: int = CHUNK_ROWS, raw: bool = False) -> Iterator[tuple[list[str], np.ndarray]]:
-        """``(ids, vectors)`` of consecutive rows, ``rows`` at a time; vectors as float32 (as
-        stored with ``raw``). Rows of another length than :attr:`dim` and null vectors are refused."""
-        yield from getattr(self, f"_chunks_{self.format}")(rows, raw)
+    def chunks(self, rows: int = CHUNK_ROWS, raw: bool = False, start: int = 0,
+               stop: int | None = None) -> Iterator[tuple[list[str], np.ndarray]]:
+        """``(ids, vectors)`` of rows ``[start, stop)``, at most ``rows`` at a time; vectors as
+        float32 (as stored with ``raw``). Rows of another length than :attr:`dim` and null vectors
+        are refused."""
+        stop = self.n if stop is None else min(int(stop), self.n)
+        if 0 <= start < stop:
+            yield from getattr(self, f"_chunks_{self.format}")(rows, raw, int(start), stop)
 
     def _cast(self, mat: np.ndarray, raw: bool) -> np.ndarray:
         return mat if raw else np.asarray(mat, dtype=np.float32)
 
-    def _chunks_parquet(self, rows: int, raw: bool):
+    def _chunks_parquet(self, rows: int, raw: bool, start: int, stop: int):
         import pyarrow.compute as pc
 
-        start = 0
-        for batch in self._pq.iter_batches(batch_size=rows, columns=[self.id_column, self.vector_column]):
-            ids = _ids_text(batch.column(0).to_pylist(), self.path, start)
-            col = batch.column(1)
-            if col.null_count:
-                bad = [ids[i] for i, v in enumerate(col.is_valid().to_pylist()) if not v]
-                raise VectorFileError(f"{self.path}: {col.null_count} null vector(s) in rows {start}..; "
-                                      f"first ids {bad[:5]}")
-            lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
-            wrong = np.flatnonzero(lengths != self.dim)
-            if len(wrong):
-                raise VectorFileError(f"{self.path}: {len(wrong)} vector(s) in rows {start}.. have another length than "
-                                      f"{self.dim} (e.g. {lengths[wrong[0]]}); first ids {[ids[i] for i in wrong[:5]]}")
-            flat = col.flatten().to_numpy(zero_copy_only=False)
-            yield ids, self._cast(flat.reshape(len(ids), self.dim), raw)
-            start += len(ids)
+        meta, first, pos = self._pq.metadata, 0, 0
+        while first < meta.num_row_groups and pos + meta.row_group(first).num_rows <= start:
+            pos += meta.row_group(first).num_rows  # row groups wholly before `start` are not read
+            first += 1
+        groups = list(range(first, meta.num_row_groups))
+        batches = self._pq.iter_batches(batch_size=rows, columns=[self.id_column, self.vector_column],
+                                        row_groups=groups) if groups else []
+        for batch in batches:
+            at, pos = pos, pos + batch.num_rows  # the file rows [at, pos) of this batch
+            a, b = max(start - at, 0), min(stop - at, batch.num_rows)
+            if a < b:
+                yield self._parquet_rows(batch.slice(a, b - a), at + a, raw, pc)
+            if pos >= stop:
+                break
 
-    def _chunks_npy(self, rows: int, raw: bool):
+    def _parquet_rows(self, batch, first_row: int, raw: bool, pc) -> tuple[list[str], np.ndarray]:
+        ids = _ids_text(batch.column(0).to_pylist(), self.path, first_row)
+        col = batch.column(1)
+        if col.null_count:
+            bad = [ids[i] for i, v in enumerate(col.is_valid().to_pylist()) if not v]
+            raise VectorFileError(f"{self.path}: {col.null_count} null vector(s) in rows {first_row}..; "
+                                  f"first ids {bad[:5]}")
+        lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+        wrong = np.flatnonzero(lengths != self.dim)
+        if len(wrong):
+            raise VectorFileError(f"{self.path}: {len(wrong)} vector(s) in rows {first_row}.. have another length "
+                                  f"than {self.dim} (e.g. {lengths[wrong[0]]}); first ids {[ids[i] for i in wrong[:5]]}")
+        flat = col.flatten().to_numpy(zero_copy_only=False)
+        return ids, self._cast(flat.reshape(len(ids), self.dim), raw)
+
+    def _chunks_npy(self, rows: int, raw: bool, start: int, stop: int):
+        dtype = np.dtype(self.dtype)
         with open(self.ids_file, encoding="utf-8") as fh:
-            for s in range(0, self.n, rows):
-                e = min(s + rows, self.n)
+            for _ in range(start):
+                fh.readline()
+            for s in range(start, stop, rows):
+                e = min(s + rows, stop)
                 ids = _ids_text([fh.readline().rstrip("\r\n") for _ in range(e - s)], self.ids_file, s)
-                yield ids, self._cast(np.array(self._mat[s:e]), raw)
+                mat = np.fromfile(self.path, dtype=dtype, count=(e - s) * self.dim,
+                                  offset=self._offset + s * self.dim * dtype.itemsize)
+                yield ids, self._cast(mat.reshape(e - s, self.dim), raw)
 
-    def _chunks_h5(self, rows: int, raw: bool):
+    def _chunks_h5(self, rows: int, raw: bool, start: int, stop: int):
         import h5py
 
         with h5py.File(self.path, "r") as f:
             root = f[self._root]
-            for s in range(0, self.n, rows):
-                e = min(s + rows, self.n)
+            for s in range(start, stop, rows):
+                e = min(s + rows, stop)
                 yield _ids_text(list(root["ids"][s:e]), self.path, s), self._cast(root["emb"][s:e], raw)
 
 
@@ -236,11 +285,16 @@ class VectorWriter:
     def __enter__(self) -> "VectorWriter":
         self._stack = contextlib.ExitStack()
         self._tmp = self._stack.enter_context(atomic_path(self.path, suffix=".tmp" + self.path.suffix))
-        if self.format == "npy":
+        if self.format == "npy":  # the header, then the rows in order (no memory map: RSS stays flat)
+            if self.metadata:
+                meta_tmp = self._stack.enter_context(atomic_path(meta_path(self.path)))
+                meta_tmp.write_text(json.dumps(self.metadata, sort_keys=True), encoding="utf-8")
             self._ids_tmp = self._stack.enter_context(atomic_path(ids_path(self.path)))
             self._ids_fh = open(self._ids_tmp, "w", encoding="utf-8", newline="\n")
-            self._mat = np.lib.format.open_memmap(self._tmp, mode="w+", dtype=self.encoding,
-                                                  shape=(self.n, self.dim))
+            self._fh = open(self._tmp, "wb")
+            np.lib.format.write_array_header_1_0(self._fh, {
+                "descr": np.lib.format.dtype_to_descr(np.dtype(self.encoding)), "fortran_order": False,
+                "shape": (self.n, self.dim)})
         elif self.format == "h5":
             import h5py
 
@@ -272,7 +326,7 @@ class VectorWriter:
         mat = mat.astype(self.encoding, copy=False)
         s, e = self.written, self.written + len(ids)
         if self.format == "npy":
-            self._mat[s:e] = mat
+            self._fh.write(np.ascontiguousarray(mat).tobytes())
             self._ids_fh.writelines(f"{i}\n" for i in ids)
         elif self.format == "h5":
             self._ids[s:e] = list(ids)
@@ -289,8 +343,7 @@ class VectorWriter:
         try:
             if self.format == "npy":
                 self._ids_fh.close()
-                self._mat.flush()
-                del self._mat
+                self._fh.close()
             elif self.format == "h5":
                 self._h5.close()
             else:

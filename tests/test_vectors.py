@@ -196,3 +196,27 @@ def test_a_file_that_is_not_the_collection_is_refused_and_nothing_is_written(tmp
     with pytest.raises(VectorFileError, match=message):
         _ingest(spec, tmp_path / "out" / "embeddings.h5")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".npy", ".h5"])
+def test_a_row_range_reads_only_those_rows_and_npy_metadata_sits_beside_the_file(tmp_path, ext):
+    import pyarrow.parquet as pq
+
+    n = 23
+    ids, mat = [f"r{i}" for i in range(n)], _mat(n, 4)
+    path = tmp_path / f"v{ext}"
+    with VectorWriter(path, n, 4, metadata={"k": "v"}) as w:
+        for s in range(0, n, 5):  # Parquet: one row group per write, so a range starts mid-file
+            w.write(ids[s:s + 5], mat[s:s + 5])
+    if ext == ".parquet":
+        assert pq.ParquetFile(path).metadata.num_row_groups == 5
+    vf = vectors.open_vectors(path)
+    for start, stop, rows in ((0, n, 4), (7, 19, 3), (11, 12, 8), (20, 99, 2), (5, 5, 3)):
+        got = list(vf.chunks(rows, start=start, stop=stop))
+        assert sum((i for i, _ in got), []) == ids[start:stop]
+        assert all(len(i) <= rows for i, _ in got)
+        if got:
+            assert np.array_equal(np.concatenate([m for _, m in got]), mat[start:stop])
+    if ext != ".h5":
+        assert vf.meta.get("k") == "v"
+    assert ((tmp_path / "v.meta.json").exists()) == (ext == ".npy")
