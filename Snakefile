@@ -61,6 +61,7 @@ include: "rules/select.smk"
 include: "rules/efficiency.smk"
 include: "rules/report.smk"
 include: "rules/export.smk"
+include: "rules/compress.smk"
 
 
 # Seconds of bookkeeping each: run them in the submitting process, never as cluster jobs.
@@ -70,6 +71,7 @@ localrules:
     table,
     headline_result,
     select,
+    compress_all,
 
 
 onstart:

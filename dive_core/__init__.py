@@ -3,13 +3,15 @@
 Modules
 -------
 config      loading the configuration (YAML with file:line errors, key order, registry)
-plan        the run plan: generated variants, every study's runs, selection dependencies, checks
+plan        the run plan: plan.resolve(config) -> one read-only Plan that every rule reads
+paths       every artifact path template and the grammar of the path wildcards
 records     every file one job writes and another reads: versioned formats, writers, readers
 resources   the scheduler's memory / runtime model of each job
 atomic      crash-safe file writes (temporary file + rename)
 data        BEIR download, staging and strict loaders with source fingerprints
 splits      the SHA-256 rank split rule and split manifests
 backbones   frozen encoders (MiniLM via sentence-transformers, LLM2Vec)
+vectors     vector files (Parquet, .npy + ids, HDF5) in row chunks; the `vectors` backbone's ingest
 embeddings  HDF5 embedding store
 triplets    shared deterministic training triplets
 adapters    the residual MLP adapter and head slicing
@@ -24,6 +26,7 @@ report      aggregation over seeds, TSV, paired significance
 studies     one module per study: its declared inputs -> table + figure
 efficiency  flat-index memory / latency / throughput against the bandwidth bound
 export      a trained compressor outside the workflow (safetensors + JSON, sentence-transformers)
+compress    dive-compress: a trained compressor applied to a vector file in bounded memory
 provenance  library versions and fingerprints recorded in every output
 """
 

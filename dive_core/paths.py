@@ -66,3 +66,24 @@ def parse_part(name: str) -> tuple[int | None, int | None]:
 def part_names(shards: int) -> list[str]:
     """The parts a backbone with ``shards`` > 1 is embedded in: the corpus ranges, then the queries."""
     return [part_name(i, shards) for i in range(1, shards + 1)] + [part_name(None, shards)]
+
+
+# ---- compressed vector files (dive_core.compress, rules/compress.smk) --------------------------
+# `compress:` entry <name> -> its input's vectors through a trained compressor, in the input's format
+# (a .npy comes with <name>.ids.txt and <name>.meta.json beside it)
+COMPRESSED = "results/compressed/{name}.{ext}"
+COMPRESSED_EXT = r"parquet|pq|h5|hdf5"  # {ext} of a one-file output (a .npy has its own rule: 3 files)
+COMPRESSED_INDEX = "results/compressed/{name}.faiss"  # its FAISS index (the entry's `faiss: true`)
+COMPRESS_PART = "results/compressed/{name}.parts/{shard}"  # temporary: one row range of a sharded entry
+COMPRESS_SHARD = r"\d+of\d+"  # the {shard} wildcard: row range i of n, i = 1..n
+
+
+def compressed_path(name: str, input_path: str) -> str:
+    """The output of ``compress:`` entry ``name``: ``results/compressed/<name><input's extension>``."""
+    ext = input_path.rsplit(".", 1)[-1].lower() if "." in input_path.rsplit("/", 1)[-1] else ""
+    return COMPRESSED.format(name=name, ext=ext)
+
+
+def compress_part_names(shards: int) -> list[str]:
+    """The parts a ``compress:`` entry with ``shards`` > 1 is computed in: ``1of<n>`` .. ``<n>of<n>``."""
+    return [f"{i}of{shards}" for i in range(1, shards + 1)]

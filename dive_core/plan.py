@@ -489,6 +489,9 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
             for mname in exp["methods"]:
                 check_method(config, mname, d, method_k(config, bname, mname, exp["dim"]),
                              f"experiments.{ename}, backbone {bname} at its {exp['dim']} dimension")
+    from .compress import check_config as check_compress
+
+    check_compress(config)
     for base, values in (selection_settings(config).get("lr_audit") or {}).items():
         if len(values) != 3:
             raise ConfigError(f"config: selection.lr_audit.{base} has {len(values)} candidates; the audit "
@@ -835,6 +838,45 @@ class Plan:
         if exp["study"] == "lr_audit":  # one backbone per audit experiment (expand)
             inputs["selection"] = paths.SELECTION.format(backbone=exp["backbones"][0], study="lr_audit")
         return inputs
+
+    # ---- compress: trained compressors applied to the vector files of `compress:` ------------
+    def compress_entry(self, w: Any) -> dict:
+        """``compress.<name>`` with its defaults (:func:`dive_core.compress.entries`)."""
+        from . import compress
+
+        return thaw(compress.entry(self.config, _wildcards(w)["name"]))
+
+    def compress_inputs(self, w: Any) -> dict:
+        """The compressor and the vector file (+ a .npy's id list) of a compress job; an output
+        extension other than the input's is refused."""
+        from . import compress
+
+        w = _wildcards(w)
+        return compress.job_inputs(self.config, w["name"], w.get("ext"))
+
+    def compress_npy_inputs(self, w: Any) -> dict:
+        """:meth:`compress_inputs` of an entry whose output is a .npy (three files, its own rule)."""
+        from . import compress
+
+        return compress.job_inputs(self.config, _wildcards(w)["name"], "npy")
+
+    def compress_parts(self, w: Any) -> list[str]:
+        """The row-range parts a sharded entry is gathered from (none when ``shards`` is 1)."""
+        from . import compress
+
+        return compress.part_dirs(self.config, _wildcards(w)["name"])
+
+    def compress_outputs(self, w: Any) -> list[str]:
+        from . import compress
+
+        name = _wildcards(w)["name"]
+        return compress.output_files(name, compress.entry(self.config, name))
+
+    def compress_targets(self) -> list[str]:
+        """Every ``compress:`` output, and the FAISS index of each entry with ``faiss: true``."""
+        from . import compress
+
+        return compress.targets(self.config)
 
     # ---- outputs that carry no backbone ----------------------------------------------------
     def check_default_backbone(self, root: str | Path = ".") -> None:

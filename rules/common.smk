@@ -1,6 +1,7 @@
 # Wiring only: the plan (PLAN, dive_core.plan.resolve in the Snakefile), the artifact paths
 # (dive_core.paths) and the record formats (dive_core.records) handed to Snakemake. Every path,
 # input function and lookup is defined and tested in dive_core.
+from dive_core import compress as dcompress
 from dive_core import records, resources
 from dive_core.paths import (
     CHECKPOINT,
@@ -49,6 +50,22 @@ def job_resource(kind, what, extra_mb=0):
             return TBDString()
         bb = PLAN.backbone(wildcards.backbone).entry if kind == "embed" else None
         return resources.job_resources(kind, sizes[0], sizes[1] + extra_mb, bb, attempt)[what]
+
+    return resource
+
+
+def compress_resource(what):
+    """mem_mb / runtime of a compress job (dive_core.compress.job_resources: memory bounded by the
+    chunking, time from the input's size per shard); <TBD> until the inputs exist."""
+
+    def resource(wildcards, input, attempt):
+        from snakemake.common.tbdstring import TBDString
+
+        vectors, model = resources.data_mb(list(input.vectors)), resources.data_mb([input.model])
+        if vectors is None or model is None:
+            return TBDString()
+        shards = int(PLAN.compress_entry(wildcards)["shards"])
+        return dcompress.job_resources(sum(vectors), sum(model), shards, attempt)[what]
 
     return resource
 

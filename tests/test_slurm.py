@@ -182,3 +182,36 @@ def test_slurm_job_no_node_can_run_is_reported_before_submission(cluster, tmp_pa
     assert "rule train (" in out and "asks for 64 CPU(s), 1 GPU(s)" in out
     assert "On a CPU-only cluster: --config gpu=0" in out
     assert {jid for jid, _, _ in squeue()} <= before and not (tmp_path / "data").exists()
+
+
+def test_slurm_compress_target_runs_row_shards_as_jobs_and_matches_the_cli(cluster, tmp_path, capsys):
+    """A `compress:` entry (tests/test_compress.py's tiny setup: int8 Parquet in 3 row shards, with
+    its FAISS index) through profiles/slurm as shipped: 3 compress_part jobs, the gather and the
+    index, each its own SLURM job, write the bytes `dive-compress` writes. Needs no BEIR data."""
+    from test_compress import cli_outputs, compress_setup
+
+    config, entries = compress_setup(tmp_path)
+    expected = cli_outputs({"pq8": entries["pq8"]}, tmp_path / "cli")["pq8"]
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    targets = ["results/compressed/pq8.parquet", "results/compressed/pq8.faiss"]
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+                           str(wd), "--configfile", str(config), "--profile", str(PROFILE), "--", *targets],
+                          cwd=wd, capture_output=True, text=True, timeout=1500)
+    wall = time.perf_counter() - t0
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    jobs = sacct(since)
+    parts = [j for j in jobs if j["comment"].startswith("rule_compress_part")]
+    assert parts, jobs
+    ours = [j for j in jobs if j["name"] == parts[0]["name"]]  # this run's jobs (the run's uuid)
+    rules = sorted(j["comment"].split("_wildcards")[0] for j in ours)
+    assert rules == ["rule_compress", "rule_compress_index"] + ["rule_compress_part"] * 3, rules
+    assert {j["state"] for j in ours} == {"COMPLETED"}, ours
+    assert (wd / targets[0]).read_bytes() == expected.read_bytes()
+    assert (wd / targets[1]).read_bytes() == (tmp_path / "cli" / "pq8.faiss").read_bytes()
+    assert not (wd / "results" / "compressed" / "pq8.parts").exists()  # temporary
+    with capsys.disabled():
+        print(f"\nSLURM compress: {len(ours)} jobs COMPLETED ({rules}), {wall:.0f} s; pq8.parquet sha256 "
+              f"{file_sha256(wd / targets[0])} = dive-compress's {file_sha256(expected)}")

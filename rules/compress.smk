@@ -1,0 +1,90 @@
+# Stage 11 - compress: a trained compressor applied to vector files, the `compress:` config section
+# (on demand, not part of `all`): `snakemake --cores 2 results/compressed/<name>.<input's extension>`,
+# or `snakemake --cores 2 compress_all` for every entry (and its FAISS index with `faiss: true`).
+# An entry with `shards: N` > 1 runs as N row-range jobs (compress_part, float32 + each range's
+# per-coordinate min/max), gathered in row order by rule compress into the bytes `dive-compress`
+# writes; int8 (SQ8) ranges are the min/max over every part, i.e. over the whole input. The model
+# may be a checkpoint of this workflow (then built when missing) or any checkpoint / export folder.
+from dive_core.paths import COMPRESSED, COMPRESSED_EXT, COMPRESSED_INDEX, COMPRESS_PART, COMPRESS_SHARD
+
+
+rule compress_part:
+    input:
+        unpack(PLAN.compress_inputs),
+    output:
+        temp(directory(COMPRESS_PART)),
+    log:
+        "logs/compress_part/{name}/{shard}.log",
+    benchmark:
+        "logs/compress_part/{name}/{shard}.bench.tsv"
+    wildcard_constraints:
+        shard=COMPRESS_SHARD,
+    conda:
+        "../envs/embed-gpu.yaml"  # torch, pyarrow, h5py, safetensors
+    threads: PLAN.setting("threads", "compress")
+    resources:
+        mem_mb=compress_resource("mem_mb"),
+        runtime=compress_resource("runtime"),
+    params:
+        entry=PLAN.compress_entry,
+    script:
+        "../workflow_scripts/compress.py"
+
+
+rule compress:
+    input:
+        unpack(PLAN.compress_inputs),
+        parts=PLAN.compress_parts,
+    output:
+        COMPRESSED,
+    log:
+        "logs/compress/{name}.{ext}.log",
+    benchmark:
+        "logs/compress/{name}.{ext}.bench.tsv"
+    wildcard_constraints:
+        ext=COMPRESSED_EXT,
+    conda:
+        "../envs/embed-gpu.yaml"
+    threads: PLAN.setting("threads", "compress")
+    resources:
+        mem_mb=compress_resource("mem_mb"),
+        runtime=compress_resource("runtime"),
+    params:
+        entry=PLAN.compress_entry,
+    script:
+        "../workflow_scripts/compress.py"
+
+
+use rule compress as compress_npy with:
+    input:
+        unpack(PLAN.compress_npy_inputs),
+        parts=PLAN.compress_parts,
+    output:
+        multiext("results/compressed/{name}", ".npy", ".ids.txt", ".meta.json"),
+    log:
+        "logs/compress/{name}.npy.log",
+    benchmark:
+        "logs/compress/{name}.npy.bench.tsv"
+
+
+rule compress_index:
+    input:
+        PLAN.compress_outputs,
+    output:
+        COMPRESSED_INDEX,
+    log:
+        "logs/compress_index/{name}.log",
+    conda:
+        "../envs/train-gpu.yaml"  # faiss
+    resources:
+        mem_mb=1500,
+        runtime=lambda wc, input, attempt: dcompress.job_resources(
+            sum(resources.data_mb(list(input)) or (0, 0)), 0, 1, attempt
+        )["runtime"],
+    script:
+        "../workflow_scripts/compress.py"
+
+
+rule compress_all:
+    input:
+        PLAN.compress_targets(),

@@ -1,0 +1,26 @@
+"""Rules compress_part, compress, compress_npy and compress_index (rules/compress.smk): a trained
+compressor applied to a `compress:` entry's vector file, in one job or in row-range parts gathered
+in order (dive_core.compress: the bytes `dive-compress` writes), and the output's FAISS index."""
+import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
+from dive_core import compress, runlog
+
+log = runlog.setup(snakemake.log[0], snakemake.threads)
+if snakemake.rule == "compress_index":
+    compress.write_faiss_index(snakemake.input[0], snakemake.output[0], progress=True)
+    log.info("FAISS index of %s -> %s", snakemake.input[0], snakemake.output[0])
+else:
+    e = snakemake.params.entry
+    method = compress.load_model(snakemake.input.model)
+    log.info("%s", compress.describe(compress.provenance(method)))
+    kw = dict(group=e["group"], id_column=e["id_column"], vector_column=e["vector_column"], progress=True)
+    vectors = snakemake.input.vectors[0]
+    if snakemake.rule == "compress_part":
+        compress.compress_part(method, vectors, snakemake.output[0], snakemake.wildcards.shard, **kw)
+        log.info("rows %s of %s -> %s", snakemake.wildcards.shard, vectors, snakemake.output[0])
+    elif snakemake.input.parts:
+        compress.gather(method, vectors, snakemake.input.parts, snakemake.output[0], e["encoding"], **kw)
+        log.info("gathered %d parts of %s -> %s (%s)", len(snakemake.input.parts), vectors, snakemake.output[0],
+                 e["encoding"])
+    else:
+        compress.compress_file(method, vectors, snakemake.output[0], e["encoding"], **kw)
+        log.info("%s -> %s (%s)", vectors, snakemake.output[0], e["encoding"])
