@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import sys
@@ -32,6 +31,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from .atomic import atomic_path
+from .data import sha256_file  # noqa: F401  (re-exported: the sha256 a source file is pinned by)
 
 EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".h5": "h5", ".hdf5": "h5"}
 FLOAT_TYPES = ("float16", "float32", "float64")
@@ -75,14 +75,6 @@ def h5_sets(path: str | os.PathLike) -> list[str | None]:
             return [g for g in f if isinstance(f[g], h5py.Group) and {"ids", "emb"} <= set(f[g])]
     except OSError as exc:
         raise VectorFileError(f"{path}: not a readable HDF5 file: {exc}") from None
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _ids_text(values: Sequence[Any], path: Path, start: int) -> list[str]:
