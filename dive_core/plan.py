@@ -410,6 +410,8 @@ def check_vectors_backbone(name: str, bb: Mapping, datasets: Iterable[str]) -> N
     if other:
         raise ConfigError(f"config: backbones.{name}: {other} do not apply to a backbone of family {VECTORS!r} "
                           "(its vectors come from the files corpus: and queries:, ingested in one job)")
+    from .vectors import VectorFileError, vector_format
+
     datasets = list(datasets)
     for role in ("corpus", "queries"):
         path = str(bb[role])
@@ -418,8 +420,6 @@ def check_vectors_backbone(name: str, bb: Mapping, datasets: Iterable[str]) -> N
         if len(datasets) > 1 and "{dataset}" not in path:
             raise ConfigError(f"config: backbones.{name}.{role} = {path!r} names one file for the datasets "
                               f"{datasets}; put {{dataset}} in the path")
-        from .vectors import VectorFileError, vector_format
-
         try:
             vector_format(path)
         except VectorFileError as exc:
@@ -428,6 +428,7 @@ def check_vectors_backbone(name: str, bb: Mapping, datasets: Iterable[str]) -> N
         if isinstance(pin, str) and "{dataset}" in path and len(datasets) > 1:
             raise ConfigError(f"config: backbones.{name}.sha256.{role} is one sha256 for a file per dataset; give "
                               "a mapping dataset -> sha256")
+
 
 def check_method(config: Mapping, mname: str, d: int, k: int, where: str) -> None:
     """Check a method as its jobs will build it (d, k, resolved hyperparameters): every value's
@@ -455,8 +456,10 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
         for which, k in bb["dims"].items():
             if k > bb["dim"]:
                 raise ConfigError(f"config: backbones.{bname}.dims.{which} = {k} exceeds dim {bb['dim']}")
-        if bb["family"] == VECTORS:
-            check_vectors_backbone(bname, bb, config["datasets"])
+        if bb["family"] == VECTORS:  # every dataset a run may use
+            used = list(config["datasets"]) + list(selection_settings(config)["datasets"]) + [
+                ds for exp in (config.get("experiments") or {}).values() for ds in (exp or {}).get("datasets") or []]
+            check_vectors_backbone(bname, bb, dict.fromkeys(used))
         elif any(k in bb for k in VECTOR_KEYS):
             raise ConfigError(f"config: backbones.{bname}: {sorted(k for k in VECTOR_KEYS if k in bb)} belong to a "
                               f"backbone of family {VECTORS!r}, not {bb['family']!r}")
@@ -674,7 +677,7 @@ class Plan:
         return thaw(selection_settings(self.config))
 
     def selection_candidates(self, study: str) -> dict:
-        return thaw(selection_candidates(self.config, study))
+        return selection_candidates(self.config, study)  # plain data: (name, overrides) tuples, as the select job reads
 
     def selection_reference(self, study: str) -> str | None:
         return selection_reference(self.config, study)
@@ -760,7 +763,7 @@ class Plan:
     def vector_files(self, w: Any) -> list[str]:
         """The files a ``family: vectors`` backbone's embedding job ingests for the dataset (the
         corpus and queries files, and a .npy's id list beside it); none for an encoder."""
-        from .vectors import ids_path, vector_format
+        from .vectors import ids_path, source_path, vector_format
 
         w = _wildcards(w)
         bb = self.backbone(w["backbone"]).entry
@@ -768,7 +771,7 @@ class Plan:
             return []
         files = []
         for role in ("corpus", "queries"):
-            path = bb[role].replace("{dataset}", w["dataset"])
+            path = str(source_path(bb, role, w["dataset"]))
             files.append(path)
             if vector_format(path) == "npy":
                 files.append(str(ids_path(path)))

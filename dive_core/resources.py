@@ -23,7 +23,7 @@ JOB_RESOURCES = {
 }
 # weights + activations, default; vectors: files ingested in row chunks, no model
 BACKBONE_MEM_MB = {"sentence_transformers": 2000, "llm2vec": 24000, "vectors": 500}
-MATRIX_SUFFIXES = (".h5", ".pt", ".npy", ".parquet")
+MATRIX_SUFFIXES = (".h5", ".hdf5", ".pt", ".npy", ".parquet", ".pq")
 
 
 def job_resources(kind: str, text_mb: float, matrix_mb: float = 0.0, backbone: Mapping | None = None,

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from .atomic import atomic_path
-from .data import sha256_file  # noqa: F401  (re-exported: the sha256 a source file is pinned by)
+from .data import sha256_file
 
 EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".h5": "h5", ".hdf5": "h5"}
 FLOAT_TYPES = ("float16", "float32", "float64")
@@ -233,7 +233,7 @@ class VectorFile:
 
     def _chunks_npy(self, rows: int, raw: bool, start: int, stop: int):
         dtype = np.dtype(self.dtype)
-        with open(self.ids_file, encoding="utf-8") as fh:
+        with open(self.ids_file, encoding="utf-8", newline="\n") as fh:  # lines as counted: split on \n only
             for _ in range(start):
                 fh.readline()
             for s in range(start, stop, rows):
@@ -395,10 +395,10 @@ def ingest_role(writer, group: str, vf: "VectorFile", target_ids: Sequence[str],
     role = "documents" if group == "corpus" else "queries"
     for ids, mat in vf.chunks(rows):
         pos = np.fromiter((index.get(i, -1) for i in ids), dtype=np.int64, count=len(ids))
-        unknown = [i for i, p in zip(ids, pos) if p < 0 and i not in also_known]
-        bad.add(f"id(s) not among the staged {role}", unknown)
-        nonfinite = ~np.isfinite(mat).all(axis=1)
-        zero = ~(mat != 0).any(axis=1)
+        skipped = np.fromiter((p < 0 and i in also_known for i, p in zip(ids, pos)), dtype=bool, count=len(ids))
+        bad.add(f"id(s) not among the staged {role}", [i for i, p, s in zip(ids, pos, skipped) if p < 0 and not s])
+        nonfinite = ~np.isfinite(mat).all(axis=1) & ~skipped  # known-but-unwanted rows (unjudged queries) are
+        zero = ~(mat != 0).any(axis=1) & ~skipped  # skipped, whatever they hold
         bad.add("vector(s) with NaN or Inf", [i for i, b in zip(ids, nonfinite) if b])
         bad.add("all-zero vector(s)", [i for i, b in zip(ids, zero & ~nonfinite) if b])
         keep = np.flatnonzero(pos >= 0)
@@ -452,6 +452,8 @@ def ingest(backbone_id: str, spec: Mapping[str, Any], dataset: str, doc_ids: Seq
         vf = files[role] = open_source(spec, role, dataset)
         if vf.dim != dim:
             raise VectorFileError(f"{vf.path}: vectors of dimension {vf.dim}; backbones.{backbone_id}.dim is {dim}")
+        if vf.dtype not in FLOAT_TYPES:
+            raise VectorFileError(f"{vf.path}: {vf.dtype} codes (a dive-compress int8 output?), not float vectors")
         sha = sha256_file(vf.path)
         pin = pinned_sha256(spec, role, dataset)
         if pin and sha != pin:

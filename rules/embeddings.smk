@@ -62,7 +62,8 @@ rule embed:
         "../envs/embed-gpu.yaml"
     threads: PLAN.setting("threads", "embed")
     resources:
-        gpu=lambda wc: 0 if PLAN.embed_parts(wc) else PLAN.setting("gpu", "embed"),  # a gather needs no GPU
+        # a gather, or ingesting a vectors backbone's files, needs no GPU
+        gpu=lambda wc: 0 if PLAN.embed_parts(wc) or PLAN.vector_files(wc) else PLAN.setting("gpu", "embed"),
         mem_mb=job_resource("embed", "mem_mb"),
         runtime=job_resource("embed", "runtime"),
     params:

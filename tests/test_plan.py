@@ -324,6 +324,8 @@ def test_input_functions_turn_wildcards_into_the_artifacts_a_job_reads():
         "results": ["results/efficiency/scifact/minilm.json", "results/efficiency/synthetic.json"]}
     audit = p.table_inputs({"experiment": "lr_audit"})
     assert audit["selection"] == "results/selection/minilm/lr_audit.json" and len(audit["results"]) == 10
+    # the select job's params as before the plan object: (name, overrides) tuples (a change reruns it)
+    assert p.selection_candidates("lr_audit")["mrl"][0] == ("mrl-lr1e-04", {"lr": 1e-4})
     assert p.headline_eval({"dataset": "scifact", "method": "frozen", "seed": "2028"}) == \
         "results/scifact/minilm/frozen/k384/final/seed2028/eval.json"
     assert p.embed_parts({"dataset": "scifact", "backbone": "minilm"}) == []
@@ -415,3 +417,10 @@ def test_smecs_stages_at_the_papers_dimensions_need_enough_epochs_at_plan_time()
     cfg["methods"]["smec"]["epochs"] = 5
     cfg["experiments"] = {"main": cfg["experiments"]["main"]}
     assert resolved(cfg).hparams("smec")["epochs"] == 5
+
+
+def test_a_vectors_path_without_dataset_is_refused_when_any_study_uses_two_datasets():
+    cfg = vectors_config(corpus="/data/vec/corpus.parquet")
+    cfg["experiments"]["main"]["datasets"] = ["scifact", "nfcorpus"]  # top-level datasets: [scifact]
+    with pytest.raises(dcfg.ConfigError, match=r"names one file for the datasets \['scifact', 'nfcorpus'\]"):
+        resolved(cfg)

@@ -220,3 +220,16 @@ def test_a_row_range_reads_only_those_rows_and_npy_metadata_sits_beside_the_file
     if ext != ".h5":
         assert vf.meta.get("k") == "v"
     assert ((tmp_path / "v.meta.json").exists()) == (ext == ".npy")
+
+
+def test_skipped_unjudged_queries_are_not_checked_and_int8_codes_are_refused(tmp_path):
+    rows = np.ones((4, 6), dtype=np.float32)
+    rows[0] = np.nan  # q4: a staged query that no qrels row judges, skipped
+    spec, _ = _files(tmp_path, query_rows=rows)
+    assert _ingest(spec, tmp_path / "e.h5")["sources"]["queries"]["rows"] == 4
+    spec, paths = _files(tmp_path / "codes")
+    with VectorWriter(tmp_path / "codes" / "corpus.h5", 10, 6, encoding="int8") as w:
+        w.write(DOCS, np.ones((10, 6)))
+    spec["corpus"] = str(tmp_path / "codes" / "corpus.h5")
+    with pytest.raises(VectorFileError, match=r"corpus\.h5: int8 codes .*not float vectors"):
+        _ingest(spec, tmp_path / "e2.h5")
