@@ -613,8 +613,9 @@ class Plan:
     """The resolved, read-only plan that every rule and input function reads (:func:`resolve`).
 
     ``config`` is the validated config with the generated method variants, frozen; ``registry``
-    the dataset registry; ``local_beir`` the local BEIR directory, if any. Every method returns
-    plain data (dicts, lists, path strings) that a job may hold."""
+    the dataset registry; ``local_beir`` the local BEIR directory, if any. The methods that give
+    job parameters or paths return plain data (dicts, lists, tuples, strings) that a job may hold;
+    :meth:`method` and :meth:`backbone` return the read-only variant and backbone records."""
 
     config: Mapping[str, Any]
     registry: Mapping[str, Any]
