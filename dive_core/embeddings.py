@@ -242,6 +242,8 @@ class EmbeddingFile:
             ds[rows] = mat
             return
         rows = np.asarray(rows)
+        if not len(rows):
+            return
         breaks = np.flatnonzero(np.diff(rows) != 1) + 1
         for a, b in zip(np.r_[0, breaks], np.r_[breaks, len(rows)]):
             ds[rows[a]:rows[a] + (b - a)] = mat[a:b]

@@ -172,7 +172,7 @@ class VectorFile:
             if root is None:
                 raise VectorFileError(f"{self.path}: no group {self.group!r} (it has {sorted(f)})")
             if "ids" not in root or "emb" not in root:
-                groups = [g for g in f if isinstance(f[g], h5py.Group) and {"ids", "emb"} <= set(f[g])]
+                groups = [g for g in h5_sets(self.path) if g]
                 hint = f"; its groups {groups} have them: choose one" if groups else ""
                 raise VectorFileError(f"{self.path}: no 'ids' and 'emb' datasets at {root.name}{hint}")
             emb = root["emb"]
