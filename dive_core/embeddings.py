@@ -309,6 +309,14 @@ class Embeddings:
     def query_index(self) -> dict[str, int]:
         return {q: i for i, q in enumerate(self.query_ids)}
 
+    def doc_positions(self, ids: Sequence[str]) -> np.ndarray:
+        """The row numbers of the documents ``ids`` in :attr:`docs` (in the order of ``ids``)."""
+        idx = self.doc_index()
+        missing = [d for d in ids if d not in idx]
+        if missing:
+            raise KeyError(f"{len(missing)} documents have no embedding, e.g. {missing[:3]}")
+        return np.asarray([idx[d] for d in ids], dtype=np.int64)
+
     def query_rows(self, qids: Sequence[str]) -> np.ndarray:
         idx = self.query_index()
         missing = [q for q in qids if q not in idx]

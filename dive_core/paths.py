@@ -19,6 +19,7 @@ SOURCE = "data/beir/{dataset}/source.json"
 ZIP = "data/beir/_zips/{zipname}.zip"
 MODEL_DIR = "data/models/{backbone}"  # a backbone with `source:`: its pinned model folder (rule fetch_model)
 SPLITS = "results/{dataset}/splits.json"
+ARRIVAL = "results/{dataset}/arrival.json"  # the documents that arrive after training (the arrival study)
 EMBEDDINGS = "results/{dataset}/{backbone}/embeddings.h5"
 EMBED_PART = "results/{dataset}/{backbone}/embed_parts/{part}.h5"  # temporary: one job of a sharded embed
 TRIPLETS = "results/{dataset}/{backbone}/triplets/{stage}-{negatives}.tsv"

@@ -76,30 +76,56 @@ def needs_triplets(config: Mapping, method: str) -> bool:
 # --------------------------------------------------------------------------- triplet sets
 NEGATIVES = ("random", "hard")
 DOC_DISJOINT = "docdisjoint"
-NEGATIVES_WILDCARD = rf"({'|'.join(NEGATIVES)})(-{DOC_DISJOINT})?"  # the {negatives} path wildcard
+ARRIVAL = "arrival"
+TRIPLET_VARIANTS = (DOC_DISJOINT, ARRIVAL)
+NEGATIVES_WILDCARD = rf"({'|'.join(NEGATIVES)})(-({'|'.join(TRIPLET_VARIANTS)}))?"  # the {negatives} path wildcard
 
 
-def negatives_tag(mode: str, doc_disjoint: bool = False) -> str:
+def negatives_tag(mode: str, variant: str | None = None) -> str:
     """The ``{negatives}`` wildcard of a triplet set: ``random`` / ``hard`` negatives, with
-    ``-docdisjoint`` when every document relevant to an evaluated query is excluded."""
+    ``-docdisjoint`` when every document relevant to an evaluated query is excluded, ``-arrival``
+    when only the known documents of the arrival split (:func:`dive_core.splits.make_arrival_manifest`)
+    may be a positive or a negative."""
     if mode not in NEGATIVES:
         raise ConfigError(f"config: negatives {mode!r}: expected one of {list(NEGATIVES)}")
-    return f"{mode}-{DOC_DISJOINT}" if doc_disjoint else mode
+    if variant is not None and variant not in TRIPLET_VARIANTS:
+        raise ConfigError(f"triplet variant {variant!r}: expected one of {list(TRIPLET_VARIANTS)}")
+    return f"{mode}-{variant}" if variant else mode
 
 
-def parse_negatives(tag: str) -> tuple[str, bool]:
-    """``(mode, doc_disjoint)`` of a ``{negatives}`` wildcard (the inverse of :func:`negatives_tag`)."""
+def parse_negatives(tag: str) -> tuple[str, str | None]:
+    """``(mode, variant)`` of a ``{negatives}`` wildcard (the inverse of :func:`negatives_tag`);
+    ``variant``: None, :data:`DOC_DISJOINT` or :data:`ARRIVAL`."""
     if not re.fullmatch(NEGATIVES_WILDCARD, tag):
         raise ValueError(f"negatives {tag!r}: expected {NEGATIVES_WILDCARD}")
     mode, _, variant = tag.partition("-")
-    return mode, variant == DOC_DISJOINT
+    return mode, variant or None
 
 
 def method_negatives(config: Mapping, method: str) -> str:
     """The triplet set a method trains on (``negatives`` of its entry, else ``triplets.negatives``;
-    document-disjoint with ``doc_disjoint: true``)."""
+    document-disjoint with ``doc_disjoint: true``, known documents only with ``arrival: true``)."""
     entry = config["methods"][method]
-    return negatives_tag(entry.get("negatives", config["triplets"]["negatives"]), bool(entry.get("doc_disjoint")))
+    if entry.get("doc_disjoint") and entry.get("arrival"):
+        raise ConfigError(f"config: methods.{method}: doc_disjoint and arrival exclude different documents; "
+                          "set one of them")
+    variant = DOC_DISJOINT if entry.get("doc_disjoint") else ARRIVAL if entry.get("arrival") else None
+    return negatives_tag(entry.get("negatives", config["triplets"]["negatives"]), variant)
+
+
+def fits_on_documents(config: Mapping, method: str) -> bool:
+    """Whether a method's fit reads anything (every type but frozen and truncate)."""
+    try:
+        return spec(method_type(config, method)).fitted
+    except KeyError as exc:
+        raise ConfigError(f"config: methods.{method}: {exc.args[0]}") from None
+
+
+def arrival_settings(config: Mapping) -> dict:
+    """``arrival:`` with its defaults: seed (the split's), fraction 0.2, new_query_share 0.2."""
+    out = {"seed": int(config["split"]["seed"]), "fraction": 0.2, "new_query_share": 0.2}
+    out.update(dict(config.get("arrival") or {}))
+    return out
 
 
 def triplet_cap(config: Mapping, dataset: str) -> int | None:
@@ -243,6 +269,23 @@ def _add_method(config: dict, name: str, entry: dict) -> None:
     config["methods"][name] = entry
 
 
+def _variants(config: dict, exp: dict, suffix: str, key: str, applies) -> list[str]:
+    """An experiment's methods with each one that ``applies`` replaced by its generated variant
+    ``<method>-<suffix>`` (the entry with ``key: true``); ``method_seeds`` follows the renaming."""
+    names, renamed = [], {}
+    for m in exp.get("methods", []):
+        entry = config["methods"].get(m)
+        if entry is None or not applies(m) or entry.get(key):
+            names.append(m)
+            continue
+        name = renamed[m] = f"{m}-{suffix}"
+        _add_method(config, name, {**entry, key: True})
+        names.append(name)
+    if exp.get("method_seeds"):
+        exp["method_seeds"] = {renamed.get(m, m): seeds for m, seeds in exp["method_seeds"].items()}
+    return names
+
+
 def expand(config: Mapping) -> dict:
     """A copy of ``config`` with the generated method variants added to ``methods`` and every
     study's method list (``experiments.<name>.methods``) resolved; ``config`` itself is left as
@@ -287,16 +330,9 @@ def expand(config: Mapping) -> dict:
             exp["seeds"] = [selection_settings(config)["seed"]]
             exp["stage"] = "select"
         if exp.get("triplets") == "doc_disjoint":
-            names = []
-            for m in exp.get("methods", []):
-                entry = config["methods"].get(m)
-                if entry is None or not needs_triplets(config, m) or entry.get("doc_disjoint"):
-                    names.append(m)
-                    continue
-                name = f"{m}-{DOC_DISJOINT}"
-                _add_method(config, name, {**entry, "doc_disjoint": True})
-                names.append(name)
-            exp["methods"] = names
+            exp["methods"] = _variants(config, exp, DOC_DISJOINT, "doc_disjoint", lambda m: needs_triplets(config, m))
+        if study == "arrival":  # every fit on known documents only; frozen and truncate fit nothing
+            exp["methods"] = _variants(config, exp, ARRIVAL, "arrival", lambda m: fits_on_documents(config, m))
     return config
 
 
@@ -347,7 +383,13 @@ def experiment_runs(config: Mapping, name: str) -> list[dict]:
         return []
     return [dict(dataset=ds, backbone=bb, method=m, k=method_k(config, bb, m, exp["dim"]),
                  stage=exp["stage"], seed=seed)
-            for bb in exp["backbones"] for ds in exp["datasets"] for m in exp["methods"] for seed in exp["seeds"]]
+            for bb in exp["backbones"] for ds in exp["datasets"] for m in exp["methods"]
+            for seed in method_seeds(exp, m)]
+
+
+def method_seeds(exp: Mapping, method: str) -> list[int]:
+    """The seeds of ``method`` in an experiment (with its defaults): ``method_seeds.<method>``, else ``seeds``."""
+    return list((exp.get("method_seeds") or {}).get(method, exp["seeds"]))
 
 
 def headline_run(config: Mapping, dataset: str, method: str, seed: int | str) -> dict:
@@ -470,6 +512,10 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
         for i, m in enumerate(exp.get("methods", [])):
             if m not in config["methods"]:
                 raise ConfigError(f"config: experiments.{ename}.methods[{i}] = {m!r} is not defined under methods")
+        for m in exp.get("method_seeds") or {}:
+            if m not in exp.get("methods", []):
+                raise ConfigError(f"config: experiments.{ename}.method_seeds.{m}: {m!r} is not one of the "
+                                  f"experiment's methods {exp.get('methods', [])}")
         for i, ds in enumerate(exp.get("datasets", []) or []):
             if ds not in registry:
                 raise ConfigError(f"config: experiments.{ename}.datasets[{i}] = {ds!r} is not in the dataset registry")
@@ -586,6 +632,7 @@ class MethodVariant:
     supervised: bool  # trains on the shared triplets
     negatives: str  # the {negatives} tag of the triplet set it trains on (when supervised)
     selected: str | None  # ``<study>/<method>``: where its picked hyperparameters come from
+    arrival: bool = False  # every fit sees the known documents of the arrival split only
 
 
 @dataclass(frozen=True)
@@ -698,6 +745,10 @@ class Plan:
     def triplet_cap(self, dataset: str) -> int | None:
         return triplet_cap(self.config, dataset)
 
+    def arrival(self) -> dict:
+        """The ``arrival`` settings with their defaults (seed, fraction, new_query_share)."""
+        return arrival_settings(self.config)
+
     def result_config(self, w: Any) -> dict:
         """The settings an evaluated run's result record holds (its ``config``): what decided
         its numbers, and only this dataset's triplet cap (another's must not rerun it)."""
@@ -730,6 +781,7 @@ class Plan:
     def run_artifacts(self, run: Mapping[str, Any]) -> list[str]:
         """Every artifact behind one evaluation, from the staged data to the per-query TSV."""
         files = [paths.SOURCE.format(**run), paths.SPLITS.format(**run), paths.EMBEDDINGS.format(**run)]
+        files += [paths.ARRIVAL.format(**run)] if self.method(run["method"]).arrival else []
         files += list(self.triplet_files(run, run["method"]).values())
         return files + [p.format(**run) for p in paths.RUN_FILES]
 
@@ -792,6 +844,8 @@ class Plan:
         inputs = {"source": paths.SOURCE.format(**w), "splits": paths.SPLITS.format(**w)}
         if self.hard_negatives(w):  # negatives mined from the frozen top-k of this backbone
             inputs["embeddings"] = paths.EMBEDDINGS.format(**w)
+        if parse_negatives(w["negatives"])[1] == ARRIVAL:  # known documents only
+            inputs["arrival"] = paths.ARRIVAL.format(**w)
         return inputs
 
     def train_inputs(self, w: Any) -> dict:
@@ -800,6 +854,8 @@ class Plan:
         study = self.selection_study(w["method"], w["stage"])
         if study:  # hyperparameters picked on this backbone's validation queries
             inputs["selection"] = paths.SELECTION.format(backbone=w["backbone"], study=study)
+        if self.method(w["method"]).arrival:  # the fit sees the known documents only
+            inputs["arrival"] = paths.ARRIVAL.format(**w)
         return inputs | self.triplet_files(w, w["method"])
 
     def headline_eval(self, w: Any) -> str:
@@ -841,6 +897,8 @@ class Plan:
                   "train_logs": [paths.TRAIN_LOG.format(**r) for r in runs]}
         if exp["study"] == "lr_audit":  # one backbone per audit experiment (expand)
             inputs["selection"] = paths.SELECTION.format(backbone=exp["backbones"][0], study="lr_audit")
+        if exp["study"] == "arrival":  # the strata of every evaluated query, per dataset
+            inputs["arrival"] = [paths.ARRIVAL.format(dataset=ds) for ds in exp["datasets"]]
         return inputs
 
     # ---- compress: trained compressors applied to the vector files of `compress:` ------------
@@ -912,7 +970,7 @@ def resolve(config: Mapping, registry: Mapping[str, Mapping], *, defaults: Mappi
         methods[name] = MethodVariant(
             name=name, type=m_type, entry=frozen["methods"][name], hparams=freeze(method_hparams(cfg, name)),
             supervised=needs_triplets(cfg, name), negatives=method_negatives(cfg, name),
-            selected=cfg["methods"][name].get("selected"))
+            selected=cfg["methods"][name].get("selected"), arrival=bool(cfg["methods"][name].get("arrival")))
     backbones = {name: Backbone(name=name, entry=frozen["backbones"][name],
                                 model_dir=paths.model_dir(name) if "source" in bb else None,
                                 shards=int(bb.get("shards", 1)))

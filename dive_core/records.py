@@ -7,6 +7,7 @@ kind                   file                                                     
 =====================  =============================================================  ======================
 source                 ``data/beir/{dataset}/source.json``                            stage_beir
 splits                 ``results/{dataset}/splits.json``                              make_splits
+arrival                ``results/{dataset}/arrival.json``                             make_arrival
 embeddings             ``results/{dataset}/{backbone}/embeddings.h5``: attributes,    embed
                        datasets :data:`LAYOUTS`
 embedding_shard        ``results/{dataset}/{backbone}/embed_parts/{part}.h5``:        embed_part
@@ -51,7 +52,7 @@ from .atomic import atomic_open, read_json, write_json
 from .metrics import METRICS
 
 VERSIONS = {
-    "source": 1, "splits": 1, "embeddings": 1, "embedding_shard": 1, "triplets": 1, "checkpoint": 2, "result": 2,
+    "source": 1, "splits": 1, "arrival": 1, "embeddings": 1, "embedding_shard": 1, "triplets": 1, "checkpoint": 2, "result": 2,
     "selection": 2, "efficiency": 2, "efficiency_synthetic": 1, "frontier": 1,
 }  # checkpoints written before this module were tagged dive-pipeline-checkpoint/1: refused like any other
 # checkpoint/2, result/2: the training precision (fp32 | bf16) in the checkpoint meta and the result
@@ -62,7 +63,7 @@ VERSIONS = {
 FORMATS = {kind: f"dive-pipeline/{kind}/{v}" for kind, v in VERSIONS.items()}
 
 RULES = {
-    "source": "stage_beir", "splits": "make_splits", "embeddings": "embed", "embedding_shard": "embed_part",
+    "source": "stage_beir", "splits": "make_splits", "arrival": "make_arrival", "embeddings": "embed", "embedding_shard": "embed_part",
     "triplets": "triplets",
     "checkpoint": "train", "result": "evaluate", "selection": "select", "efficiency": "efficiency",
     "efficiency_synthetic": "efficiency_synthetic", "frontier": "frontier",
@@ -80,6 +81,8 @@ FIELDS = {
     "source": ("dataset", "fingerprint", "counts"),
     "splits": ("dataset", "seed", "fractions", "counts", "source_fingerprint", "stages", "document_overlap",
                "identical_ids", "ids", "qrels"),
+    "arrival": ("dataset", "seed", "fraction", "new_query_share", "rule", "source_fingerprint", "splits_sha256",
+                "counts", "taken", "strata", "arriving"),
     "embeddings": ("content_sha256",),  # + what rule embed adds: backbone, dim, dataset, source_fingerprint, ...
     "embedding_shard": ("part", "shard", "shards", "inputs_key", "n_docs", "n_queries", "dim", "seconds"),
     "triplets": ("dataset", "backbone", "stage", "negatives", "splits_sha256", "source_fingerprint", "tsv_sha256",

@@ -11,7 +11,7 @@ import math
 from fractions import Fraction
 from typing import Iterable, Mapping, Sequence
 
-from .data import BeirDataset
+from .data import BeirDataset, sha256_file
 
 ROLES = ("train", "validation", "test")
 STAGES = {
@@ -156,3 +156,124 @@ def role_qrels(manifest: Mapping, roles: Iterable[str]) -> dict[str, dict[str, i
     for r in roles:
         out.update(manifest["qrels"][r])
     return out
+
+
+# --------------------------------------------------------------------------- documents that arrive
+STRATA = ("known", "new", "mixed")
+
+ARRIVAL_RULE_TEXT = (
+    "Of the N corpus documents, A = floor(fraction * N) arrive after training; the others are known. "
+    "First, the validation and test queries (each role ranked by sha256(f'{seed}:arrival:{query_id}'), "
+    "hex digest, ascending) are taken in turns, validation first: every relevant document (score > 0) of "
+    "a taken query arrives, unless that would make more than A arrive (then the query is skipped), until "
+    "a role has floor(new_query_share * its query count) taken queries or none left. Then the documents "
+    "not yet arriving, ranked by sha256(f'{seed}:arrival:{doc_id}'), arrive in that order until A do. "
+    "Every fit (triplets, PCA, autoencoder, MRL's corpus stage, SMEC's queue, ...) sees known documents "
+    "only; evaluation searches the whole corpus. An evaluated query's stratum: known (every relevant "
+    "document known), new (every relevant document arriving) or mixed.")
+
+
+def arrival_key(seed: int, item_id: str) -> str:
+    return hashlib.sha256(f"{seed}:arrival:{item_id}".encode("utf-8")).hexdigest()
+
+
+def arriving_docs(
+    doc_ids: Sequence[str], relevant: Mapping[str, set[str]], eval_roles: Mapping[str, Sequence[str]],
+    seed: int, fraction: float = 0.2, new_query_share: float = 0.2,
+) -> tuple[list[str], dict[str, list[str]]]:
+    """``(arriving documents sorted, {role: the queries taken, in the order taken})`` by
+    :data:`ARRIVAL_RULE_TEXT`. ``relevant``: ``{query: relevant documents}``; ``eval_roles``:
+    ``{role: its query ids}`` in turn order (validation, test). Independent of listing order."""
+    if not 0 < float(fraction) < 1:
+        raise ValueError(f"arrival.fraction must be in (0, 1), got {fraction}")
+    if not 0 <= float(new_query_share) <= 1:
+        raise ValueError(f"arrival.new_query_share must be in [0, 1], got {new_query_share}")
+    docs = sorted(set(doc_ids))
+    budget = math.floor(_exact(fraction) * len(docs))
+    corpus = set(docs)
+    queues = {r: sorted(set(qs), key=lambda q: (arrival_key(seed, q), q)) for r, qs in eval_roles.items()}
+    want = {r: math.floor(_exact(new_query_share) * len(qs)) for r, qs in queues.items()}
+    taken: dict[str, list[str]] = {r: [] for r in queues}
+    arriving: set[str] = set()
+    pos = {r: 0 for r in queues}
+    while any(len(taken[r]) < want[r] and pos[r] < len(queues[r]) for r in queues):
+        for r in queues:  # one query per role per turn
+            while len(taken[r]) < want[r] and pos[r] < len(queues[r]):
+                q = queues[r][pos[r]]
+                pos[r] += 1
+                rel = set(relevant.get(q, ())) & corpus
+                if rel and len(arriving | rel) <= budget:
+                    arriving |= rel
+                    taken[r].append(q)
+                    break
+    rest = sorted((d for d in docs if d not in arriving), key=lambda d: (arrival_key(seed, d), d))
+    arriving.update(rest[:budget - len(arriving)])
+    return sorted(arriving), taken
+
+
+def stratum(relevant_docs: Iterable[str], arriving: set[str] | frozenset[str]) -> str:
+    """``known``, ``new`` or ``mixed``: where an evaluated query's relevant documents are."""
+    rel = set(relevant_docs)
+    new = len(rel & arriving)
+    return "new" if rel and new == len(rel) else ("known" if new == 0 else "mixed")
+
+
+def make_arrival_manifest(
+    ds: BeirDataset, split_manifest: Mapping, seed: int, fraction: float = 0.2, new_query_share: float = 0.2,
+    splits_sha256: str = "",
+) -> dict:
+    """The arrival manifest of a dataset (record kind ``arrival``): which documents arrive after
+    training (every fit sees the others only) and the stratum of every query of each role.
+    ``splits_sha256``: the sha256 of the split manifest's file, which the manifest depends on."""
+    relevant = ds.relevant()
+    eval_roles = {r: split_manifest["ids"][r] for r in ("validation", "test")}
+    arriving, taken = arriving_docs(ds.doc_ids, relevant, eval_roles, seed, fraction, new_query_share)
+    arr = set(arriving)
+    strata = {}
+    for role in ROLES:
+        by = {s: [] for s in STRATA}
+        for q in split_manifest["ids"][role]:
+            by[stratum(relevant[q], arr)].append(q)
+        strata[role] = by
+    train_pos = {d for r in STAGES["final"]["train_roles"] for q in split_manifest["ids"][r] for d in relevant[q]}
+    return {
+        "dataset": split_manifest["dataset"],
+        "seed": int(seed),
+        "fraction": float(fraction),
+        "new_query_share": float(new_query_share),
+        "rule": ARRIVAL_RULE_TEXT,
+        "source_fingerprint": split_manifest["source_fingerprint"],
+        "split_seed": split_manifest["seed"],
+        "splits_sha256": splits_sha256,
+        "counts": {
+            "docs": len(ds.doc_ids), "arriving": len(arriving), "known": len(ds.doc_ids) - len(arriving),
+            "taken": {r: len(v) for r, v in taken.items()},
+            "strata": {r: {s: len(v) for s, v in by.items()} for r, by in strata.items()},
+            # relevant documents of final-stage training queries that no triplet may hold now
+            "arriving_train_positives": len(train_pos & arr),
+        },
+        "taken": taken,
+        "strata": strata,
+        "arriving": arriving,
+    }
+
+
+def ids_sha256(ids: Iterable[str]) -> str:
+    """sha256 of ids as sorted lines (what a fit saw, comparable across runs)."""
+    return hashlib.sha256("\n".join(sorted(ids)).encode("utf-8")).hexdigest()
+
+
+def known_docs(doc_ids: Sequence[str], arrival: Mapping | None) -> list[str]:
+    """The documents a fit may see: all of ``doc_ids`` (in their order), or those that do not
+    arrive under the arrival manifest ``arrival``."""
+    if arrival is None:
+        return list(doc_ids)
+    arr = set(arrival["arriving"])
+    return [d for d in doc_ids if d not in arr]
+
+
+def check_arrival(arrival: Mapping, arrival_path, splits_path) -> None:
+    """Refuse an arrival manifest made from another split manifest than ``splits_path``'s."""
+    if arrival["splits_sha256"] != sha256_file(splits_path):
+        raise ValueError(f"{arrival_path}: made from another split manifest than {splits_path}; "
+                         f"delete {arrival_path} and rerun (rule make_arrival)")

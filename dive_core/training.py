@@ -208,18 +208,25 @@ def read_log_tsv(path) -> list[dict]:
     return records.tsv_rows(records.read_tsv("train_log", path))
 
 
-def fit_data(emb, train_qids: Sequence[str], triplets_path=None, device: str = "cpu") -> FitData:
-    """FitData for one training stage: the whole corpus, only the stage's training queries
-    (evaluated queries never reach a method's ``fit``), and the triplets mapped to rows."""
+def fit_data(emb, train_qids: Sequence[str], triplets_path=None, device: str = "cpu",
+             doc_ids: Sequence[str] | None = None) -> FitData:
+    """FitData for one training stage: the corpus (or only its documents ``doc_ids``: the known
+    documents of the arrival split, so no other document reaches a fit), only the stage's training
+    queries (evaluated queries never reach a method's ``fit``), and the triplets mapped to rows."""
     from .triplets import read_triplets
 
+    if doc_ids is None:
+        docs, drow = emb.docs, None
+    else:
+        doc_ids = list(doc_ids)
+        docs, drow = emb.docs[emb.doc_positions(doc_ids)], {d: i for i, d in enumerate(doc_ids)}
     queries = emb.query_rows(list(train_qids))
     if triplets_path is None:
         empty = np.zeros(0, dtype=np.int64)
-        return FitData.from_arrays(emb.docs, queries, empty, empty, empty, empty, empty, device)
+        return FitData.from_arrays(docs, queries, empty, empty, empty, empty, empty, device)
     t = read_triplets(triplets_path)
     qrow = {q: i for i, q in enumerate(train_qids)}
-    drow = emb.doc_index()
+    drow = emb.doc_index() if drow is None else drow
     try:
         tq = [qrow[q] for q in t.query_ids]
     except KeyError as exc:
@@ -228,5 +235,7 @@ def fit_data(emb, train_qids: Sequence[str], triplets_path=None, device: str = "
         tp = [drow[d] for d in t.pos_ids]
         tn = [drow[d] for d in t.neg_ids]
     except KeyError as exc:
-        raise ValueError(f"{triplets_path}: document {exc.args[0]!r} has no embedding") from None
-    return FitData.from_arrays(emb.docs, queries, tq, tp, tn, t.pos_scores, t.neg_scores, device)
+        raise ValueError(f"{triplets_path}: document {exc.args[0]!r} " + (
+            "has no embedding" if doc_ids is None else "is not a document this fit may see (it arrives after "
+            "training)")) from None
+    return FitData.from_arrays(docs, queries, tq, tp, tn, t.pos_scores, t.neg_scores, device)

@@ -14,13 +14,16 @@ The random generator of each (query, positive) pair is seeded by
 ``sha256(f"{seed}:{query_id}:{positive_id}")`` over the sorted corpus ids, so the triplets do
 not depend on file order, on the order queries are processed, or on anything else.
 
-Two switches, both off in the paper's protocol:
+Three switches, all off in the paper's protocol:
 
 * ``max_per_query`` (config ``triplets.max_per_query``): keep at most that many of each query's
   triplets, a uniform sample without replacement seeded by ``sha256(f"{seed}:{query_id}:cap")``
   (file order kept). The same file is shared by every method, so the cap is fair; it is a
   stated deviation for datasets with many positives per query (NFCorpus: ~41, i.e. ~1.1
   million triplets per epoch uncapped).
+* ``doc_ids`` narrower than the corpus (the arrival protocol): the known documents, the only ones a
+  triplet may hold; a positive that arrives after training is dropped, negatives are drawn from
+  the known documents.
 * ``excluded_docs`` (the document-disjoint check): documents that may be neither a positive nor
   a negative - every document relevant to a query the stage evaluates. A positive pair whose
   document is excluded is dropped, so the held-out score measures generalisation to documents
@@ -83,6 +86,8 @@ def build_triplets(
     self_ids: set[str] | frozenset[str] | None = None,
 ) -> Triplets:
     """Triplets for ``train_qids``; ``qrels`` is the merged ``{qid: {doc: score}}`` table;
+    ``doc_ids``: the documents a triplet may hold (a positive outside them is dropped: the known
+    documents of the arrival split; every staged qrels document is a corpus document);
     ``max_per_query`` and ``excluded_docs``: see the module docstring; ``self_ids``: the queries
     that are their own corpus document (the split manifest's ``identical_ids``), whose document
     is never their negative (None: every query whose id is a corpus id, the older rule)."""
@@ -93,12 +98,13 @@ def build_triplets(
     if mode == "hard" and hard_candidates is None:
         raise ValueError("mode 'hard' needs the frozen top-k candidates of each query")
     pool = sorted(set(doc_ids))
+    in_pool = set(pool)
     rows: list[tuple[str, str, str, int, int]] = []
     # sorted: the file (and so every batch order drawn from it) must not depend on the order
     # the training queries were listed in; a query listed twice is used once
     for qid in sorted(set(train_qids)):
         judged = qrels.get(qid, {})
-        positives = sorted(d for d, s in judged.items() if s > 0 and d not in excluded_docs)
+        positives = sorted(d for d, s in judged.items() if s > 0 and d not in excluded_docs and d in in_pool)
         own = {qid} if self_ids is None or qid in self_ids else set()
         excluded = set(positives) | own | set(excluded_docs)
         start = len(rows)
@@ -106,7 +112,7 @@ def build_triplets(
             rng = pair_rng(seed, qid, pos)
             if mode == "hard":
                 # a uniform draw from the pool: sorted so it does not depend on its listing order
-                cands = sorted({d for d in hard_candidates.get(qid, []) if d not in excluded})
+                cands = sorted({d for d in hard_candidates.get(qid, []) if d not in excluded and d in in_pool})
                 negs = _draw(rng, cands, set(), num_negatives)
                 negs += _draw(rng, pool, excluded | set(negs), num_negatives - len(negs))
             else:

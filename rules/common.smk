@@ -4,6 +4,7 @@
 from dive_core import compress as dcompress
 from dive_core import records, resources
 from dive_core.paths import (
+    ARRIVAL,
     CHECKPOINT,
     EFFICIENCY,
     EMBED_PART,

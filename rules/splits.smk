@@ -22,3 +22,24 @@ rule make_splits:
         queries_in_corpus=lambda wc: PLAN.dataset(wc.dataset).get("queries_in_corpus"),
     script:
         "../workflow_scripts/make_splits.py"
+
+
+# The documents that arrive after training (the arrival study): every fit sees the others only.
+rule make_arrival:
+    input:
+        source=SOURCE,
+        splits=SPLITS,
+    output:
+        ARRIVAL,
+    log:
+        "logs/make_arrival/{dataset}.log",
+    conda:
+        "../envs/data.yaml"
+    resources:
+        mem_mb=job_resource("text", "mem_mb"),
+        runtime=job_resource("text", "runtime"),
+    params:
+        record=records.FORMATS["arrival"],  # a new record format reruns the job
+        arrival=PLAN.arrival(),
+    script:
+        "../workflow_scripts/make_arrival.py"

@@ -110,12 +110,16 @@ def test_the_negatives_wildcard_is_encoded_and_decoded_in_one_place():
     import re
 
     for mode in plan.NEGATIVES:
-        for disjoint in (False, True):
-            tag = plan.negatives_tag(mode, disjoint)
-            assert re.fullmatch(plan.NEGATIVES_WILDCARD, tag) and plan.parse_negatives(tag) == (mode, disjoint)
-    assert plan.negatives_tag("hard", True) == "hard-docdisjoint"
-    with pytest.raises(ValueError, match="expected"):
-        plan.parse_negatives("hard-disjoint")
+        for variant in (None, *plan.TRIPLET_VARIANTS):
+            tag = plan.negatives_tag(mode, variant)
+            assert re.fullmatch(plan.NEGATIVES_WILDCARD, tag) and plan.parse_negatives(tag) == (mode, variant)
+    assert plan.negatives_tag("hard", plan.DOC_DISJOINT) == "hard-docdisjoint"
+    assert plan.negatives_tag("random", plan.ARRIVAL) == "random-arrival"
+    for bad in ("hard-disjoint", "random-arrival-docdisjoint", "random-"):
+        with pytest.raises(ValueError, match="expected"):
+            plan.parse_negatives(bad)
+    with pytest.raises(dcfg.ConfigError, match="triplet variant 'late'"):
+        plan.negatives_tag("random", "late")
     with pytest.raises(dcfg.ConfigError, match="negatives 'semi'"):
         plan.negatives_tag("semi")
 

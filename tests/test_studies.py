@@ -206,3 +206,160 @@ def test_a_method_keeps_its_colour_across_figures(monkeypatch):
     assert points == ["#595959", "#d62728", "#e377c2"]  # frozen "0.35", then mrl's and dive's colours
 
 
+
+
+# -- arrival: nDCG@10 per stratum (known / new / mixed relevant documents) -------------------------
+STRATA_6 = {"known": ["q1", "q2"], "new": ["q3", "q4"], "mixed": ["q5", "q6"]}
+
+
+def arrival_manifest(dataset, test_strata, docs=50, arriving=10):
+    empty = {s: [] for s in ("known", "new", "mixed")}
+    return {"dataset": dataset, "seed": 2027, "fraction": 0.2, "new_query_share": 0.2, "rule": "…",
+            "counts": {"docs": docs, "arriving": arriving, "known": docs - arriving},
+            "strata": {"train": empty, "validation": empty, "test": test_strata}, "arriving": [], "taken": {}}
+
+
+def arrival_runs(tmp_path, scores, types=None, ks=None):
+    """Result records and their per-query TSVs: ``scores``: ``{(method, seed): {query: nDCG@10}}``."""
+    from dive_core.evaluation import write_per_query
+
+    results, per_query = [], {}
+    for (method, seed), by_q in scores.items():
+        r = full_result(method, "a", sum(by_q.values()) / len(by_q), seed=seed, mtype=(types or {}).get(method),
+                        seen=(len(by_q), 0.5), k=(ks or {}).get(method, 64))
+        path = tmp_path / f"{method}-{seed}.tsv"
+        write_per_query(path, {q: {"ndcg@10": v, "recall@10": v, "recall@100": v, "mrr@10": v, "seen": 1}
+                               for q, v in by_q.items()})
+        results.append(r)
+        per_query[run_key(r)] = str(path)
+    return results, per_query
+
+
+def arrival_example(tmp_path, strata=STRATA_6):
+    q = lambda *vs: dict(zip(("q1", "q2", "q3", "q4", "q5", "q6"), vs))  # noqa: E731
+    scores = {("frozen", 2027): q(0.9, 0.7, 0.5, 0.3, 0.6, 0.4),          # known 0.8, new 0.4, mixed 0.5
+              ("pca-arrival", 2027): q(0.6, 0.4, 0.1, 0.1, 0.3, 0.3),     # known 0.5, new 0.1, mixed 0.3
+              ("pca-arrival", 2028): q(0.8, 0.6, 0.3, 0.1, 0.5, 0.3),     # known 0.7, new 0.2, mixed 0.4
+              ("dive-arrival", 2027): q(0.7, 0.7, 0.2, 0.4, 0.3, 0.3)}    # known 0.7, new 0.3, mixed 0.3
+    results, per_query = arrival_runs(tmp_path, scores, types={"pca-arrival": "pca", "dive-arrival": "dive"},
+                                      ks={"frozen": 384})
+    return results, ctx(["frozen", "pca-arrival", "dive-arrival"], ["a"], per_query=per_query,
+                        arrival={"a": arrival_manifest("a", strata)})
+
+
+def test_arrival_stratum_means_and_counts(tmp_path):
+    from dive_core.studies import STUDIES
+    from dive_core.studies.arrival import arrival_study
+
+    assert STUDIES["arrival"] is arrival_study
+    results, c = arrival_example(tmp_path)
+    out = arrival_study(results, c)
+    got = {(r["method"], r["stratum"]): (r["n_queries"], r["n_seeds"], r["ndcg@10"], r["ndcg@10_std"])
+           for r in out.rows}
+    assert set(got) == {(m, s) for m in c.methods for s in ("all", "known", "new", "mixed")}
+    assert got[("frozen", "known")][:3] == (2, 1, pytest.approx(0.8))
+    assert got[("frozen", "new")][2] == pytest.approx(0.4) and got[("frozen", "mixed")][2] == pytest.approx(0.5)
+    assert got[("frozen", "all")][:3] == (6, 1, pytest.approx(3.4 / 6))  # the record's own nDCG@10
+    assert got[("pca-arrival", "known")] == (2, 2, pytest.approx(0.6), pytest.approx(0.02 ** 0.5))
+    assert got[("pca-arrival", "new")][2:] == (pytest.approx(0.15), pytest.approx(0.005 ** 0.5))
+    assert got[("pca-arrival", "mixed")][2] == pytest.approx(0.35)
+    assert [got[("dive-arrival", s)][2] for s in ("known", "new", "mixed")] == pytest.approx([0.7, 0.3, 0.3])
+    assert out.rows[0]["seeds"] == [2027] and got[("pca-arrival", "all")][1] == 2
+    lines = out.markdown.splitlines()
+    assert "| method | k | a all (n=6) | a known (n=2) | a new (n=2) | a mixed (n=2) |" in lines
+    # bold: the best compressed method per column (frozen, the highest, is the reference)
+    assert "| frozen | 384 | 0.5667 | 0.8000 | 0.4000 | 0.5000 |" in lines
+    assert "| pca-arrival | 64 | 0.3667 ± 0.0943 | 0.6000 ± 0.1414 | 0.1500 ± 0.0707 | **0.3500 ± 0.0707** |" in lines
+    assert "| dive-arrival | 64 | **0.4333** | **0.7000** | **0.3000** | 0.3000 |" in lines
+    assert ("Arrival split of a: fraction 0.2, 10 of 50 documents arrive after training, seed 2027; "
+            "the rule is in results/a/arrival.json (`rule`).") in lines
+    # paired: every compressed method vs frozen, dive vs the best label-free method (pca) per stratum
+    paired = [l.split(" | ")[2:7] for l in lines if l.startswith("| minilm | a | ")]
+    assert paired == [["known", "2", "pca-arrival", "frozen", "-0.2000"],
+                      ["known", "2", "dive-arrival", "frozen", "-0.1000"],
+                      ["known", "2", "dive-arrival", "pca-arrival", "+0.1000"],
+                      ["new", "2", "pca-arrival", "frozen", "-0.2500"],
+                      ["new", "2", "dive-arrival", "frozen", "-0.1000"],
+                      ["new", "2", "dive-arrival", "pca-arrival", "+0.1500"],
+                      ["mixed", "2", "pca-arrival", "frozen", "-0.1500"],
+                      ["mixed", "2", "dive-arrival", "frozen", "-0.2000"],
+                      ["mixed", "2", "dive-arrival", "pca-arrival", "-0.0500"]]
+
+
+def test_arrival_empty_stratum_prints_n0_and_is_not_tested(tmp_path):
+    from dive_core.studies.arrival import arrival_study
+
+    results, c = arrival_example(tmp_path, strata={"known": ["q1", "q2", "q5", "q6"], "new": ["q3", "q4"], "mixed": []})
+    out = arrival_study(results, c)
+    lines = out.markdown.splitlines()
+    assert "| method | k | a all (n=6) | a known (n=4) | a new (n=2) | a mixed (n=0) |" in lines
+    dive = next(l for l in lines if l.startswith("| dive-arrival |"))
+    assert dive.endswith("| **0.3000** | – (n=0) |") and "**0.5000**" in dive  # known: (0.7+0.7+0.3+0.3)/4
+    assert not [l for l in lines if l.startswith("| minilm | a | mixed")]
+    mixed = next(r for r in out.rows if (r["method"], r["stratum"]) == ("frozen", "mixed"))
+    assert mixed["n_queries"] == 0 and mixed["ndcg@10"] != mixed["ndcg@10"]  # NaN: no score
+    out.figure(tmp_path / "empty.png")  # an empty stratum is drawn as such, not an error
+    assert (tmp_path / "empty.png").stat().st_size > 0
+
+
+def test_arrival_supervised_methods_against_the_best_label_free_of_each_stratum(tmp_path):
+    from dive_core.studies.arrival import arrival_study
+
+    q = lambda *vs: dict(zip(("q1", "q2", "q3", "q4", "q5", "q6"), vs))  # noqa: E731
+    scores = {("frozen", 1): q(0.9, 0.9, 0.9, 0.9, 0.9, 0.9),
+              ("truncate", 1): q(0.8, 0.8, 0.1, 0.1, 0.2, 0.2),  # best label-free on known
+              ("pca-arrival", 1): q(0.5, 0.5, 0.6, 0.6, 0.3, 0.3),  # ... on new
+              ("autoencoder-arrival", 1): q(0.1, 0.1, 0.2, 0.2, 0.7, 0.7),  # ... on mixed
+              ("mrl-arrival", 1): q(0.9, 0.9, 0.9, 0.9, 0.9, 0.9),  # above every label-free method
+              ("dive-arrival", 1): q(0.6, 0.6, 0.6, 0.6, 0.6, 0.6)}
+    types = {"pca-arrival": "pca", "autoencoder-arrival": "autoencoder", "mrl-arrival": "mrl", "dive-arrival": "dive"}
+    results, per_query = arrival_runs(tmp_path, scores, types=types, ks={"frozen": 384})
+    methods = [m for m, _ in scores]
+    c = ctx(methods, ["a"], per_query=per_query, arrival={"a": arrival_manifest("a", STRATA_6)})
+    out = arrival_study(results, c)
+    vs = {(cells[2], cells[4]): (cells[5], cells[6]) for cells in
+          (l.split(" | ") for l in out.markdown.splitlines() if l.startswith("| minilm | a | "))
+          if cells[5] != "frozen"}
+    assert vs == {("known", "mrl-arrival"): ("truncate", "+0.1000"), ("known", "dive-arrival"): ("truncate", "-0.2000"),
+                  ("new", "mrl-arrival"): ("pca-arrival", "+0.3000"),
+                  ("new", "dive-arrival"): ("pca-arrival", "+0.0000"),
+                  ("mixed", "mrl-arrival"): ("autoencoder-arrival", "+0.2000"),
+                  ("mixed", "dive-arrival"): ("autoencoder-arrival", "-0.1000")}
+    # every compressed method, label-free ones too, is tested against frozen in each stratum
+    against_frozen = [l for l in out.markdown.splitlines() if l.startswith("| minilm | a | ") and "| frozen |" in l]
+    assert len(against_frozen) == 3 * 5
+
+
+def test_arrival_per_query_file_lacking_a_stratum_query_is_refused(tmp_path):
+    from dive_core.records import RecordError
+    from dive_core.studies.arrival import arrival_study
+
+    results, c = arrival_example(tmp_path, strata={**STRATA_6, "mixed": ["q5", "q6", "q7"]})
+    with pytest.raises(RecordError, match=r"frozen-2027\.tsv: no row for 1 of the 3 mixed test queries.*'q7'"):
+        arrival_study(results, c)
+
+
+def test_arrival_figure_is_written_with_strata_and_their_n(tmp_path, monkeypatch):
+    from matplotlib.colors import to_hex
+
+    from dive_core.studies import arrival
+    from dive_core.studies.arrival import arrival_study
+
+    results, c = arrival_example(tmp_path)
+    out = arrival_study(results, c)
+    out.figure(tmp_path / "arrival.png")
+    assert (tmp_path / "arrival.png").stat().st_size > 10_000  # a drawn PNG, not an empty file
+    figs = []
+    monkeypatch.setattr(arrival, "save", lambda fig, path: figs.append(fig))
+    out.figure("unused.png")
+    ax = figs[0].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["known\n(n=2)", "new\n(n=2)", "mixed\n(n=2)"]
+    assert ax.get_ylim()[0] == 0
+    heights = sorted(round(p.get_height(), 4) for p in ax.patches)
+    assert heights == sorted([0.8, 0.4, 0.5, 0.6, 0.15, 0.35, 0.7, 0.3, 0.3])
+    legend = figs[0].legends[0]
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels == ["frozen (uncompressed, 384d)", "pca-arrival", "dive-arrival"]
+    frozen = [p for p in ax.patches if p.get_hatch() == "//"]
+    assert len(frozen) == 3 and {to_hex(p.get_facecolor()) for p in frozen} == {FROZEN_BAR}
+    assert {to_hex(p.get_facecolor()) for p in ax.patches if p.get_hatch() != "//"} == {"#ff7f0e", "#e377c2"}

@@ -36,7 +36,7 @@ def beir(generated_beir):
 METHODS = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
 RUN = "results/generated-tiny/minilm/{method}/k{k}/final/seed2027"
 STUDIES = ("main", "lr_audit", "tuned", "heads", "ablation", "dynamics", "secondary", "unsupervised",
-           "doc_disjoint", "efficiency", "frontier")
+           "doc_disjoint", "efficiency", "frontier", "arrival")
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -138,6 +138,39 @@ def test_efficiency_and_frontier_json(workdir):
     dive = json.loads((workdir / "results/generated-tiny/dive/seed2027.json").read_text())
     assert f32["ndcg@10"] == dive["metrics"]["ndcg@10"]  # the same evaluation path as the main result
     assert any(r["pareto"] for r in rows)
+
+
+def test_arrival_runs_fit_on_known_documents_only(workdir):
+    """The arrival study's fits (every method that fits something, each seed) saw the known
+    documents of results/<ds>/arrival.json, as their checkpoints record; their triplets hold no
+    arriving document; the table reports the three strata with their query counts."""
+    import torch
+
+    from dive_core import data, records, splits, triplets
+
+    arrival = records.read("arrival", workdir / f"results/{DS}/arrival.json")
+    arriving = set(arrival["arriving"])
+    assert 0 < len(arriving) < arrival["counts"]["docs"]
+    known = splits.ids_sha256(splits.known_docs(data.load_staged(workdir / f"data/beir/{DS}").doc_ids, arrival))
+    fitted = sorted((workdir / f"results/{DS}/minilm").glob("*-arrival/k64/final/seed*/model.pt"))
+    names = {p.parts[-4] for p in fitted}
+    assert names == {f"{m}-arrival" for m in METHODS if m not in ("frozen", "truncate")}
+    assert len(fitted) == 6 + 2 * 4  # frozen, pca, autoencoder, mrl, dive: three seeds
+    for p in fitted:
+        meta = torch.load(p, weights_only=True)["meta"]
+        assert meta["fingerprints"]["fit_docs_sha256"] == known, p
+        assert meta["fingerprints"]["arrival_sha256"] == sha256(workdir / f"results/{DS}/arrival.json")
+    t = triplets.read_triplets(workdir / f"results/{DS}/minilm/triplets/final-random-arrival.tsv")
+    assert len(t) and not arriving & (set(t.pos_ids) | set(t.neg_ids))
+    md = (workdir / "results/tables/arrival.md").read_text(encoding="utf-8")
+    for s in splits.STRATA:
+        assert f"{s} (n={len(arrival['strata']['test'][s])})" in md
+
+
+def sha256(path):
+    from dive_core.data import sha256_file
+
+    return sha256_file(path)
 
 
 def test_exported_models_reproduce_the_workflow_vectors(workdir):

@@ -21,6 +21,12 @@ ctx = StudyContext(name=snakemake.wildcards.experiment, title=p.title, methods=l
                    datasets=list(p.datasets), backbones=list(p.backbones), groups=dict(p.groups), note=p.note,
                    highlight=p.highlight, per_query=per_query, train_logs=train_logs,
                    selection=records.read("selection", inp.selection) if "selection" in inp.keys() else None)
+if "arrival" in inp.keys():  # one arrival manifest per dataset of the study, in ctx.datasets order
+    for ds, path in zip(ctx.datasets, inp.arrival):
+        manifest = records.read("arrival", path)
+        if manifest["dataset"] != ds:
+            raise records.RecordError(f"{path}: the arrival manifest of {manifest['dataset']!r}, declared for {ds!r}")
+        ctx.arrival[manifest["dataset"]] = manifest
 study = STUDIES[p.study](results, ctx)
 report.write_tsv(out.runs, report.collect(results) if kind == "result" else study.rows)  # one row per run
 report.write_tsv(out.tsv, study.rows)

@@ -22,7 +22,15 @@ device = pick_device(p.device)
 manifest = records.read("splits", inp.splits)
 emb = read_embeddings(inp.embeddings, expected_source=manifest["source_fingerprint"], against=inp.splits)
 train_qids = splits.train_queries(manifest, w.stage)
-data = fit_data(emb, train_qids, inp.get("triplets"), device)
+fingerprints = {}
+fit_docs = None  # every document, but under the arrival protocol: the known ones only
+if "arrival" in inp.keys():
+    arrival = records.read("arrival", inp.arrival)
+    splits.check_arrival(arrival, inp.arrival, inp.splits)
+    fit_docs = splits.known_docs(emb.doc_ids, arrival)
+    fingerprints = {"arrival_sha256": sha256_file(inp.arrival), "fit_docs_sha256": splits.ids_sha256(fit_docs)}
+    log.info("arrival: the fit sees %d of %d documents", len(fit_docs), len(emb.doc_ids))
+data = fit_data(emb, train_qids, inp.get("triplets"), device, doc_ids=fit_docs)
 method = new_method(p.type, emb.dim, int(w.k), hp, int(w.seed), device, p.precision)
 train_log = TrainLog(on_epoch=lambda r: log.info("epoch %s", {k: (round(v, 5) if isinstance(v, float) else v)
                                                               for k, v in r.items()}))
@@ -39,6 +47,7 @@ meta = records.checkpoint_meta(
         "splits_sha256": sha256_file(inp.splits),
         "embeddings_content_sha256": emb.attrs["content_sha256"],
         "triplets_sha256": sha256_file(inp.triplets) if "triplets" in inp.keys() else None,
+        **fingerprints,
     },
     versions=provenance.versions(), runtime=provenance.runtime(snakemake.threads),
 )

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 # Shared training keys (the config's ``training:`` section is their fallback).
 SHARED = ("lr", "epochs", "batch_size", "hidden", "weight_decay")
 # Keys a method entry in the config may carry besides its hyperparameters.
-ENTRY_KEYS = {"type", "negatives", "description", "selected", "doc_disjoint"}
+ENTRY_KEYS = {"type", "negatives", "description", "selected", "doc_disjoint", "arrival"}
 UNCOMPRESSED_TYPES = {"frozen"}  # always at the backbone's full dimension
 
 
@@ -169,6 +169,9 @@ class MethodSpec:
     hyperparameters: tuple[str, ...]
     #: ``check(d, k, hp)`` raises ValueError naming the key for a wrong value (hp: every name given).
     check: Callable[[int, int, Mapping[str, Any]], None] = _no_checks
+    #: False for a method whose ``fit`` reads nothing (frozen, truncate): the arrival study shares
+    #: its runs with every other study instead of refitting it on known documents.
+    fitted: bool = True
 
     def validate(self, d: int, k: int, hp: Mapping[str, Any]) -> None:
         """What every method of this type must satisfy before anything is built: ``1 <= k <= d``,
@@ -179,8 +182,8 @@ class MethodSpec:
 
 
 SPECS: dict[str, MethodSpec] = {s.type: s for s in (
-    MethodSpec("frozen", False, (), _frozen),
-    MethodSpec("truncate", False, ()),
+    MethodSpec("frozen", False, (), _frozen, fitted=False),
+    MethodSpec("truncate", False, (), fitted=False),
     MethodSpec("pca", False, ()),
     MethodSpec("autoencoder", False, SHARED, _autoencoder),
     MethodSpec("mrl", True, ("alpha", "beta", "gamma_rank", "min_prefix", "topk_neighbors", "l1_reduction",

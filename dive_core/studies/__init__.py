@@ -6,8 +6,8 @@ table, summary rows (TSV) and one figure (PNG). Every study has the same shape::
 ``results`` are result records (:mod:`dive_core.records`, kind ``result``) or, for the efficiency
 and frontier studies, their own measurement records; ``ctx`` says which methods, datasets and
 backbones the study covers and carries what a study needs beyond the results: the per-query and
-train-log files its rule declares, the selection record of the learning-rate audit, the dataset
-groups, notes. Each figure's caption is in ``report/figure.rst``.
+train-log files its rule declares, the selection record of the learning-rate audit, the arrival
+manifests, the dataset groups, notes. Each figure's caption is in ``report/figure.rst``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 from .ablation import ablation_study
+from .arrival import arrival_study
 from .dynamics import dynamics_study
 from .efficiency import efficiency_study
 from .frontier import frontier_study
@@ -33,6 +34,7 @@ STUDIES: dict[str, Callable[[Sequence[Mapping], StudyContext], StudyOutput]] = {
     "lr_audit": lr_audit_study,
     "efficiency": efficiency_study,
     "frontier": frontier_study,
+    "arrival": arrival_study,
 }
 
 __all__ = ["STUDIES", "StudyContext", "StudyOutput"]

@@ -33,6 +33,7 @@ class StudyContext:
     # the declared per-run input files, by records.run_key of the run's result record
     per_query: dict[tuple, str] = field(default_factory=dict)
     train_logs: dict[tuple, str] = field(default_factory=dict)
+    arrival: dict[str, dict] = field(default_factory=dict)  # arrival: dataset -> its arrival manifest
 
 
 @dataclass
