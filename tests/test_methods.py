@@ -420,3 +420,64 @@ def test_dive_training_leaves_the_unread_down_projection_rows_at_zero(problem):
     used = problem.k * 2
     assert torch.count_nonzero(down.weight[used:]) == 0 and torch.count_nonzero(down.bias[used:]) == 0
     assert torch.count_nonzero(down.weight[:used]) > 0
+
+
+# --------------------------------------------------------------------------- dive_corpus
+CORPUS_HP = {**DIVE_HP, "init": "identity", "corpus_docs": 0, "gamma_corpus": 0.0}
+
+
+def test_dive_corpus_at_its_neutral_values_trains_exactly_dive(problem):
+    dive = new_method("dive", problem.d, problem.k, {**DIVE_HP, "epochs": 3}, 0)
+    corpus = new_method("dive_corpus", problem.d, problem.k, {**CORPUS_HP, "epochs": 3}, 0)
+    fit(dive, problem), fit(corpus, problem)
+    adapter = {k.removeprefix("adapter."): v for k, v in corpus.state_dict().items() if k.startswith("adapter.")}
+    assert adapter.keys() == dive.net["adapter"].state_dict().keys()
+    assert all(torch.equal(adapter[k], dive.net["adapter"].state_dict()[k]) for k in adapter)
+    assert np.array_equal(corpus.compress(problem.docs), dive.compress(problem.docs))
+
+
+def test_dive_corpus_pca_init_starts_at_pca_and_keeps_the_frame_through_a_checkpoint(problem, tmp_path):
+    """``init: pca``: before any step the compressor is PCA fitted on the same documents (the
+    adapter is the identity in the principal frame); the frame is saved and loaded with it."""
+    pca = new_method("pca", problem.d, problem.k, {}, 0)
+    fit(pca, problem)
+    m = new_method("dive_corpus", problem.d, problem.k, {**CORPUS_HP, "init": "pca", "epochs": 1}, 0)
+    m.net["frame"].fit_pca(problem.train.docs)
+    np.testing.assert_allclose(m.compress(problem.docs), pca.compress(problem.docs), atol=1e-5)
+    fit(m, problem)
+    m.save(tmp_path / "m.pt")
+    loaded = Method.load(tmp_path / "m.pt")
+    assert not loaded.net["frame"].identity
+    assert np.array_equal(loaded.compress(problem.docs), m.compress(problem.docs))
+    ident = new_method("dive_corpus", problem.d, problem.k, CORPUS_HP, 0)
+    ident.save(tmp_path / "i.pt")
+    assert Method.load(tmp_path / "i.pt").net["frame"].identity
+
+
+def test_dive_corpus_stream_term_is_the_gram_loss_on_the_drawn_documents(problem):
+    """``gamma_corpus * L_geo`` over ``corpus_docs`` documents drawn by the seeded stream, by hand:
+    the adapter is the identity at initialisation, so the student is normalise(z[:, :k])."""
+    from dive_core.methods.dive_corpus import CORPUS_STREAM_OFFSET
+
+    hp = {**CORPUS_HP, "corpus_docs": 5, "gamma_corpus": 3.0}
+    m = new_method("dive_corpus", problem.d, problem.k, hp, 11)
+    m._stream = torch.Generator().manual_seed(11 + CORPUS_STREAM_OFFSET)
+    idx = torch.arange(16)
+    out = m.batch_loss(problem.train, idx)
+    rows = torch.randint(len(problem.train.docs), (5,), generator=torch.Generator().manual_seed(11 + CORPUS_STREAM_OFFSET))
+    z = problem.train.docs[rows].double()
+    s = torch.nn.functional.normalize(z[:, :problem.k], dim=-1)
+    off = ~torch.eye(5, dtype=torch.bool)
+    diff = (s @ s.T - z @ z.T)[off].abs()
+    want = 3.0 * float(torch.where(diff < 1, 0.5 * diff ** 2, diff - 0.5).mean())
+    assert out["corpus_geo"].item() == pytest.approx(want, rel=1e-5)
+    dive = new_method("dive", problem.d, problem.k, DIVE_HP, 11).batch_loss(problem.train, idx)
+    assert out["loss"].item() == pytest.approx(dive["loss"].item() + want, rel=1e-5)
+
+
+@pytest.mark.parametrize("over,match", [({"corpus_docs": 0, "gamma_corpus": 1.0}, "both 0"),
+                                        ({"init": "random"}, "'init' must be one of"),
+                                        ({"corpus_docs": -1, "gamma_corpus": 1.0}, "'corpus_docs'")])
+def test_dive_corpus_rejects_bad_values_naming_the_key(problem, over, match):
+    with pytest.raises(ValueError, match=match):
+        new_method("dive_corpus", problem.d, problem.k, {**CORPUS_HP, **over}, 0)

@@ -32,13 +32,20 @@ class DIVE(TorchMethod):
         self.view_loss = MultiPositiveNTXent(float(self.hp["tau"]))
         self.geo_loss = GeometryDistillationLoss()
 
+    def adapted(self, z: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        """``f(z)`` (or its first ``width`` coordinates): the adapter on normalised frozen vectors."""
+        return self.net["adapter"](z, width=width)
+
     def batch_loss(self, data, idx):
+        return self._dive_terms(data, idx)
+
+    def _dive_terms(self, data, idx):
         q, p, n, _, _ = data.triplet_batch(idx)
         H, k = int(self.hp["heads"]), self.k
         lam, gam = float(self.hp["lambda_view"]), float(self.hp["gamma_geo"])
         x = torch.cat([q, p, n])
         # one adapter pass over [Q; P; N], computing only the k*H coordinates the heads read
-        heads = split_heads(self.net["adapter"](x, width=k * H), k, H)  # (3B, H, k)
+        heads = split_heads(self.adapted(x, width=k * H), k, H)  # (3B, H, k)
         first = heads[:, 0]
         q1, p1, n1 = first.chunk(3)
         trip = self.triplet_loss(q1, p1, n1)
@@ -52,4 +59,4 @@ class DIVE(TorchMethod):
                 "view": (lam * view).detach(), "geo": (gam * geo).detach(), "rho": rho}
 
     def transform(self, x):
-        return self.net["adapter"](x)[:, : self.k]  # head 1; compress() normalises it
+        return self.adapted(x)[:, : self.k]  # head 1; compress() normalises it

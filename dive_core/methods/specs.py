@@ -116,6 +116,16 @@ def _dive(d: int, k: int, hp: Mapping[str, Any]) -> None:
     check_heads(d, k, as_int("dive", hp, "heads"))
 
 
+def _dive_corpus(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    _dive(d, k, hp)
+    as_choice("dive_corpus", hp, "init", ("identity", "pca"))
+    as_int("dive_corpus", hp, "corpus_docs", minimum=0)
+    as_float("dive_corpus", hp, "gamma_corpus")
+    if (int(hp["corpus_docs"]) == 0) != (float(hp["gamma_corpus"]) == 0):
+        raise ValueError("method 'dive_corpus': corpus_docs and gamma_corpus are both 0 (no corpus stream) or "
+                         f"both > 0, got corpus_docs = {hp['corpus_docs']}, gamma_corpus = {hp['gamma_corpus']}")
+
+
 def _mrl(d: int, k: int, hp: Mapping[str, Any]) -> None:
     check_shared("mrl", hp)
     for key in ("alpha", "beta", "gamma_rank"):
@@ -194,6 +204,8 @@ SPECS: dict[str, MethodSpec] = {s.type: s for s in (
                _smec),
     MethodSpec("dive", True, ("margin", "lambda_view", "gamma_geo", "tau", "heads", "triplet_loss", *SHARED),
                _dive),
+    MethodSpec("dive_corpus", True, ("margin", "lambda_view", "gamma_geo", "tau", "heads", "triplet_loss", "init",
+                                     "corpus_docs", "gamma_corpus", *SHARED), _dive_corpus),
 )}
 
 
