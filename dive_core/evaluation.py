@@ -100,3 +100,22 @@ def read_per_query(path: str | Path) -> dict[str, dict[str, float]]:
     """``{query_id: {metric: value, "seen": 0 | 1}}`` of a per-query TSV (checked: header, types)."""
     cols = records.read_tsv("per_query", path)
     return {row.pop("query_id"): row for row in records.tsv_rows(cols)}
+
+
+def stratum_means(per_query: Mapping[str, Mapping[str, float]], strata: Mapping[str, Sequence[str]],
+                  metric: str = "ndcg@10", path: str | Path = "per-query file",
+                  of: str = "queries of the arrival manifest") -> dict[str, float]:
+    """``{stratum: mean per-query metric over its queries}`` (NaN for an empty stratum) of one run's
+    per-query rows (:func:`read_per_query` of ``path``); ``strata``: ``{stratum: query ids}`` of
+    the evaluated role (an arrival manifest's; ``of`` says which, for the error). A query without a row
+    is refused, naming ``path``."""
+    out = {}
+    for s, qids in strata.items():
+        missing = [q for q in qids if q not in per_query]
+        if missing:
+            raise records.RecordError(
+                f"{path}: no row for {len(missing)} of the {len(qids)} {s} {of} (first: "
+                f"{missing[0]!r}); the run was evaluated on other queries than the arrival manifest's split: "
+                "rerun its evaluation, or rule make_arrival")
+        out[s] = sum(per_query[q][metric] for q in qids) / len(qids) if qids else float("nan")
+    return out

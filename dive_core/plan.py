@@ -32,7 +32,7 @@ from . import paths
 from .config import ConfigError, canonical_order, local_beir_dir
 from .methods.specs import UNCOMPRESSED_TYPES, resolve_hparams, spec
 
-SELECTION_STUDIES = ("lr_audit", "dive_config")
+SELECTION_STUDIES = ("lr_audit", "dive_config", "arrival_variants")
 OWN_JSON_STUDIES = ("efficiency", "frontier")  # studies over their own measurement JSONs, not over runs
 
 
@@ -152,7 +152,15 @@ def selection_settings(config: Mapping) -> dict:
     sel.setdefault("seed", int(config["seeds"][0]))
     sel.setdefault("lr_audit", {})
     sel.setdefault("dive_grid", {})
+    sel.setdefault("arrival_grid", {})
+    sel.setdefault("arrival_references", ["dive", "mrl"])
+    sel.setdefault("arrival_tolerance", 0.01)
     return sel
+
+
+def arrival_entry(entry: Mapping) -> dict:
+    """A method entry refitted under the arrival protocol (its fits see the known documents only)."""
+    return {**entry, "arrival": True}
 
 
 def selection_candidates(config: Mapping, study: str) -> dict[str, list[tuple[str, dict]]]:
@@ -161,12 +169,17 @@ def selection_candidates(config: Mapping, study: str) -> dict[str, list[tuple[st
     ``lr_audit``: each audited method at each of its learning rates (``{base}-lr{value}``);
     ``dive_config``: the product of ``selection.dive_grid`` (``dive-{key}{value}...``); an empty
     grid is the paper's single point, whose only candidate is ``dive`` itself. A candidate whose
-    overrides equal the base entry's values is the base method itself (its runs are shared)."""
+    overrides equal the base entry's values is the base method itself (its runs are shared).
+    ``arrival_variants``: the product of each method's grid in ``selection.arrival_grid``, every
+    candidate refitted under the arrival protocol (``{base}-{key}{value}...-arrival``, always its
+    own run)."""
     sel = selection_settings(config)
     if study == "lr_audit":
         grids = {base: {"lr": list(values)} for base, values in sel["lr_audit"].items()}
     elif study == "dive_config":
         grids = {"dive": dict(sel["dive_grid"])}
+    elif study == "arrival_variants":
+        grids = {base: dict(grid) for base, grid in sel["arrival_grid"].items()}
     else:
         raise ConfigError(f"config: unknown selection study {study!r} (have {SELECTION_STUDIES})")
     out = {}
@@ -178,12 +191,25 @@ def selection_candidates(config: Mapping, study: str) -> dict[str, list[tuple[st
         cands = []
         for values in itertools.product(*(grid[k] for k in keys)):
             over = dict(zip(keys, values))
-            same = all(k in entry and entry[k] == v for k, v in over.items())
-            name = base if same else base + "-" + "-".join(f"{k.replace('_', '')}{_value_tag(v)}"
-                                                            for k, v in over.items())
+            tags = "-".join(f"{k.replace('_', '')}{_value_tag(v)}" for k, v in over.items())
+            if study == "arrival_variants":
+                name = "-".join(x for x in (base, tags, ARRIVAL) if x)
+            else:
+                same = all(k in entry and entry[k] == v for k, v in over.items())
+                name = base if same else f"{base}-{tags}"
             cands.append((name, over))
         out[base] = cands
     return out
+
+
+def arrival_references(config: Mapping) -> list[str]:
+    """The supervised methods refitted under the arrival protocol whose ``known``-stratum validation
+    score bounds the arrival variants' pick (``selection.arrival_references``, as ``<m>-arrival``)."""
+    refs = selection_settings(config)["arrival_references"]
+    for i, m in enumerate(refs):
+        if m not in config["methods"]:
+            raise ConfigError(f"config: selection.arrival_references[{i}] = {m!r} is not defined under methods")
+    return [f"{m}-{ARRIVAL}" for m in refs]
 
 
 def selection_reference(config: Mapping, study: str) -> str | None:
@@ -211,6 +237,7 @@ def selection_runs(config: Mapping, study: str, backbone: str | None = None) -> 
     methods = [n for cands in selection_candidates(config, study).values() for n, _ in cands]
     ref = selection_reference(config, study)
     methods += [ref] if ref else []
+    methods += arrival_references(config) if study == "arrival_variants" else []
     bb = defined_backbone(config, backbone or config["backbone"], f"selection {study}: backbone")
     return [dict(dataset=ds, backbone=bb, method=m, k=method_k(config, bb, m, "primary"), stage="select",
                  seed=sel["seed"])
@@ -279,7 +306,7 @@ def _variants(config: dict, exp: dict, suffix: str, key: str, applies) -> list[s
             names.append(m)
             continue
         name = renamed[m] = f"{m}-{suffix}"
-        _add_method(config, name, {**entry, key: True})
+        _add_method(config, name, arrival_entry(entry) if key == "arrival" else {**entry, key: True})
         names.append(name)
     if exp.get("method_seeds"):
         exp["method_seeds"] = {renamed.get(m, m): seeds for m, seeds in exp["method_seeds"].items()}
@@ -298,7 +325,12 @@ def expand(config: Mapping) -> dict:
             for name, over in cands:
                 if name != base:
                     entry = {k: v for k, v in base_entries[base].items() if k != "selected"}
+                    if study == "arrival_variants":
+                        entry = arrival_entry(entry)
                     _add_method(config, name, {**entry, **over})
+    if selection_settings(config)["arrival_grid"]:
+        for m, name in zip(selection_settings(config)["arrival_references"], arrival_references(config)):
+            _add_method(config, name, arrival_entry(base_entries[m]))
     for ename, exp in (config.get("experiments") or {}).items():
         study = exp.get("study", "main")
         backbones = experiment_backbones(config, ename, exp)
@@ -730,6 +762,9 @@ class Plan:
     def selection_reference(self, study: str) -> str | None:
         return selection_reference(self.config, study)
 
+    def arrival_references(self) -> list[str]:
+        return arrival_references(self.config)
+
     def selection_runs(self, study: str, backbone: str) -> list[dict]:
         return selection_runs(self.config, study, backbone)
 
@@ -863,9 +898,16 @@ class Plan:
         self.method(w["method"])
         return paths.EVAL_JSON.format(**headline_run(self.config, w["dataset"], w["method"], w["seed"]))
 
-    def selection_results(self, w: Any) -> list[str]:
+    def selection_inputs(self, w: Any) -> dict:
+        """A selection's validation result records; for ``arrival_variants`` also their per-query
+        files (same order) and the arrival manifests of the selection datasets (its strata)."""
         w = _wildcards(w)
-        return [paths.EVAL_JSON.format(**run) for run in self.selection_runs(w["study"], w["backbone"])]
+        runs = self.selection_runs(w["study"], w["backbone"])
+        inputs = {"results": [paths.EVAL_JSON.format(**run) for run in runs]}
+        if w["study"] == "arrival_variants":
+            inputs["per_query"] = [paths.PER_QUERY.format(**run) for run in runs]
+            inputs["arrival"] = [paths.ARRIVAL.format(dataset=ds) for ds in self.selection()["datasets"]]
+        return inputs
 
     def _checkpoints(self, w: Mapping, runs: Iterable[tuple[str, int]], seed: int) -> list[str]:
         return [paths.CHECKPOINT.format(**w, method=m, k=k, stage="final", seed=seed) for m, k in runs]
@@ -899,6 +941,10 @@ class Plan:
             inputs["selection"] = paths.SELECTION.format(backbone=exp["backbones"][0], study="lr_audit")
         if exp["study"] == "arrival":  # the strata of every evaluated query, per dataset
             inputs["arrival"] = [paths.ARRIVAL.format(dataset=ds) for ds in exp["datasets"]]
+            if any(self.selection_study(m, exp["stage"]) == "arrival_variants" for m in exp["methods"]):
+                # the picks its variants trained with: their time and hash head the table
+                inputs["picks"] = [paths.SELECTION.format(backbone=bb, study="arrival_variants")
+                                   for bb in exp["backbones"]]
         return inputs
 
     # ---- compress: trained compressors applied to the vector files of `compress:` ------------

@@ -6,6 +6,7 @@ and a pick made on one backbone never trains another backbone's runs."""
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 from .config import ConfigError
@@ -19,13 +20,7 @@ def select(study: str, candidates: Mapping[str, Sequence[tuple[str, Mapping]]], 
     ``metric`` over ``datasets`` (ties: the earlier candidate). Only select-stage results (no
     test query) of ``backbone`` are accepted. ``reference``: a method reported beside the
     candidates (DIVE)."""
-    for r in results:
-        if r["stage"] != "select" or r["role"] != "validation":
-            raise ValueError(f"selection {study}: result of {r['dataset']}/{r['method']} is stage "
-                             f"{r['stage']!r} (role {r['role']!r}); only validation results may select")
-        if r["backbone"] != backbone:
-            raise ValueError(f"selection {study} of backbone {backbone!r}: result of {r['dataset']}/{r['method']} "
-                             f"is backbone {r['backbone']!r}; a backbone selects on its own runs only")
+    check_validation(study, results, backbone)
     score = {(r["method"], r["dataset"]): r["metrics"][metric] for r in results if r["seed"] == seed}
 
     def summarize(method):
@@ -61,3 +56,74 @@ def apply_selection(hp: Mapping, selection: Mapping, ref: str, backbone: str) ->
     except KeyError:
         raise ConfigError(f"selection JSON of {selection.get('study')!r} has no pick for {base!r}") from None
     return {**hp, **over}, dict(over)
+
+
+ARRIVAL_CRITERION = (
+    "Per base method, among its candidates (each refitted under the arrival protocol, select stage: trained on "
+    "the train role's known documents, scored on the validation queries): the highest mean over the selection "
+    "datasets of validation nDCG@10 on the `new` stratum (every relevant document arrives after training), "
+    "among the candidates whose mean validation nDCG@10 on the `known` stratum is at least the best "
+    "reference's minus the tolerance; if none is, the candidate with the highest `known` score. Ties: the "
+    "earlier candidate. No test query is read.")
+
+
+def select_arrival(candidates: Mapping[str, Sequence[tuple[str, Mapping]]], results: Sequence[Mapping],
+                   strata: Sequence[Mapping[str, float]], datasets: Sequence[str], seed: int,
+                   references: Sequence[str], tolerance: float = 0.01, groups: Mapping[str, str] | None = None,
+                   metric: str = "ndcg@10", *, backbone: str) -> dict:
+    """The ``arrival_variants`` pick (:data:`ARRIVAL_CRITERION`). ``strata``: per result (same
+    order) its validation ``metric`` on each stratum (:func:`dive_core.evaluation.stratum_means`)."""
+    study = "arrival_variants"
+    check_validation(study, results, backbone)
+    score = {}
+    for r, s in zip(results, strata, strict=True):
+        if r["seed"] != seed:
+            continue
+        for c in ("known", "new"):
+            if math.isnan(s[c]):
+                raise ValueError(f"selection {study}: the validation queries of {r['dataset']} have an empty `{c}` "
+                                 "stratum; the pick needs both (raise arrival.new_query_share, or change "
+                                 "arrival.fraction)")
+        # an empty stratum (mixed) has no score: null in the record
+        score[(r["method"], r["dataset"])] = {c: (None if math.isnan(v) else v) for c, v in s.items()} | {
+            "all": r["metrics"][metric]}
+
+    def summarize(method):
+        per = {}
+        for ds in datasets:
+            if (method, ds) not in score:
+                raise ValueError(f"selection {study}: no validation result for {method} on {ds} (seed {seed})")
+            per[ds] = score[(method, ds)]
+        means = {c: dataset_mean({ds: v[c] for ds, v in per.items()}, groups or {}) for c in ("all", "known", "new")}
+        return {"method": method, "per_dataset": per, "mean_new": means["new"], "mean_known": means["known"],
+                "mean_all": means["all"]}
+
+    refs = [summarize(m) for m in references]
+    bar = max(r["mean_known"] for r in refs) - float(tolerance) if refs else float("-inf")
+    out = {"study": study, "backbone": backbone, "metric": metric, "datasets": list(datasets), "seed": seed,
+           "criterion": ARRIVAL_CRITERION, "tolerance": float(tolerance), "known_bar": bar, "references": refs,
+           "methods": {}}
+    for base, cands in candidates.items():
+        rows = [{**summarize(name), "overrides": dict(over)} for name, over in cands]
+        for row in rows:
+            row["qualifies"] = bool(row["mean_known"] >= bar)
+        pool = [i for i, row in enumerate(rows) if row["qualifies"]]
+        if pool:
+            best = max(pool, key=lambda i: (rows[i]["mean_new"], -i))
+        else:
+            best = max(range(len(rows)), key=lambda i: (rows[i]["mean_known"], -i))
+        out["methods"][base] = {"candidates": rows, "pick": {
+            "method": rows[best]["method"], "overrides": rows[best]["overrides"], "mean": rows[best]["mean_new"],
+            "mean_known": rows[best]["mean_known"], "qualified": bool(pool)}}
+    return out
+
+
+def check_validation(study: str, results: Sequence[Mapping], backbone: str) -> None:
+    """Refuse any result that is not a select-stage (validation) result of ``backbone``."""
+    for r in results:
+        if r["stage"] != "select" or r["role"] != "validation":
+            raise ValueError(f"selection {study}: result of {r['dataset']}/{r['method']} is stage "
+                             f"{r['stage']!r} (role {r['role']!r}); only validation results may select")
+        if r["backbone"] != backbone:
+            raise ValueError(f"selection {study} of backbone {backbone!r}: result of {r['dataset']}/{r['method']} "
+                             f"is backbone {r['backbone']!r}; a backbone selects on its own runs only")

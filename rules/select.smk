@@ -5,7 +5,7 @@
 
 rule select:
     input:
-        results=PLAN.selection_results,
+        unpack(PLAN.selection_inputs),
     output:
         SELECTION,
     log:
@@ -22,5 +22,7 @@ rule select:
         seed=lambda wc: PLAN.selection()["seed"],
         groups=lambda wc: PLAN.groups(PLAN.selection()["datasets"]),
         reference=lambda wc: PLAN.selection_reference(wc.study),
+        arrival=lambda wc: {"references": PLAN.arrival_references(), "tolerance": PLAN.selection()["arrival_tolerance"]}
+        if wc.study == "arrival_variants" else None,
     script:
         "../workflow_scripts/select.py"

@@ -263,7 +263,8 @@ def test_the_arrival_study_refits_every_method_that_fits_and_shares_the_others()
     p = plan.resolve(cfg, reg, defaults=cfg)
     exp = p.experiment("arrival")
     assert exp["methods"] == ["frozen", "truncate", "pca-arrival", "autoencoder-arrival", "mrl-arrival",
-                              "search_adaptor-arrival", "smec-arrival", "dive-arrival"]
+                              "search_adaptor-arrival", "smec-arrival", "dive-arrival", "dive-pcainit-arrival",
+                              "dive-corpusgeo-arrival", "dive-pcacorpus-arrival"]
     seeds = {r["method"]: [] for r in p.runs("arrival")}
     for r in p.runs("arrival"):
         seeds[r["method"]].append(r["seed"])

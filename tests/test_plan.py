@@ -428,3 +428,25 @@ def test_a_vectors_path_without_dataset_is_refused_when_any_study_uses_two_datas
     cfg["experiments"]["main"]["datasets"] = ["scifact", "nfcorpus"]  # top-level datasets: [scifact]
     with pytest.raises(dcfg.ConfigError, match=r"names one file for the datasets \['scifact', 'nfcorpus'\]"):
         resolved(cfg)
+
+
+def test_the_arrival_variants_select_on_their_own_arrival_runs():
+    """Every arrival_variants candidate is its own run under the arrival protocol (`-arrival`,
+    `arrival: true`, no `selected`), beside the refitted references; the final variants read the pick."""
+    p = plan.resolve(CONFIG, dcfg.load_registry(REPO / "config" / "datasets.yaml"), defaults=CONFIG)
+    cands = p.selection_candidates("arrival_variants")
+    assert cands["dive-corpusgeo"][0] == ("dive-corpusgeo-corpusdocs128-gammacorpus3-arrival",
+                                          {"corpus_docs": 128, "gamma_corpus": 3.0})
+    for name, over in (c for cs in cands.values() for c in cs):
+        m = p.method(name)
+        assert m.arrival and m.selected is None and m.negatives == "random-arrival"
+        assert all(m.hparams[k] == v for k, v in over.items())
+    runs = p.selection_runs("arrival_variants", "minilm")
+    assert [r["method"] for r in runs][-2:] == ["dive-arrival", "mrl-arrival"]
+    assert {r["stage"] for r in runs} == {"select"} and {r["k"] for r in runs} == {64}
+    inputs = p.selection_inputs({"study": "arrival_variants", "backbone": "minilm"})
+    assert len(inputs["per_query"]) == len(inputs["results"]) == len(runs)
+    assert inputs["arrival"] == ["results/scifact/arrival.json"]
+    assert list(p.selection_inputs({"study": "lr_audit", "backbone": "minilm"})) == ["results"]
+    w = dict(dataset="scifact", backbone="minilm", method="dive-pcainit-arrival", k=64, stage="final", seed=2027)
+    assert p.train_inputs(w)["selection"] == "results/selection/minilm/arrival_variants.json"

@@ -85,3 +85,64 @@ def test_a_pick_made_on_one_backbone_never_trains_another_backbones_runs():
                                           "results/selection/mpnet/lr_audit.json"):
         apply_selection({"lr": 2e-4}, out, "lr_audit/mrl", "mpnet")
     assert apply_selection({"lr": 2e-4}, out, "lr_audit/mrl", "minilm")[1] == {"lr": 2e-4}
+
+
+# -- the arrival variants: best `new` stratum within a tolerance of the references' `known` ------
+ARR_CANDS = {"v": [("v-g1-arrival", {"g": 1}), ("v-g2-arrival", {"g": 2}), ("v-g3-arrival", {"g": 3})]}
+# (known, new) per (method, dataset); `all` comes from the record
+ARR = {("v-g1-arrival", "a"): (0.74, 0.40), ("v-g1-arrival", "b"): (0.70, 0.40),
+       ("v-g2-arrival", "a"): (0.70, 0.70), ("v-g2-arrival", "b"): (0.66, 0.50),
+       ("v-g3-arrival", "a"): (0.72, 0.50), ("v-g3-arrival", "b"): (0.67, 0.42),
+       ("dive-arrival", "a"): (0.80, 0.30), ("dive-arrival", "b"): (0.60, 0.30),
+       ("mrl-arrival", "a"): (0.60, 0.20), ("mrl-arrival", "b"): (0.60, 0.20)}
+
+
+def arrival_select(scores, tolerance=0.01, **kw):
+    from dive_core.selection import select_arrival
+
+    results = [result(m, ds, 0.5) for (m, ds) in scores]
+    strata = [{"known": k, "new": n, "mixed": float("nan")} for k, n in scores.values()]
+    return select_arrival(ARR_CANDS, results, strata, ["a", "b"], 2027, ["dive-arrival", "mrl-arrival"],
+                          tolerance, backbone="minilm", **kw)
+
+
+def test_arrival_selection_by_hand():
+    """Best reference on `known`: dive (0.80 + 0.60) / 2 = 0.70, so the bar is 0.69. Known means:
+    g1 0.72 (qualifies), g2 0.68 (does not), g3 0.695 (qualifies); new means: g1 0.40, g2 0.60,
+    g3 0.46 -> g3, the best `new` among those that qualify (g2 is better on `new` but gives up
+    `known`). With tolerance 0.05 (bar 0.65) g2 qualifies and is picked."""
+    out = arrival_select(ARR)
+    rows = out["methods"]["v"]["candidates"]
+    assert [r["mean_known"] for r in rows] == pytest.approx([0.72, 0.68, 0.695])
+    assert [r["mean_new"] for r in rows] == pytest.approx([0.40, 0.60, 0.46])
+    assert [r["qualifies"] for r in rows] == [True, False, True]
+    assert out["known_bar"] == pytest.approx(0.69)
+    assert out["methods"]["v"]["pick"]["method"] == "v-g3-arrival"
+    assert out["methods"]["v"]["pick"]["overrides"] == {"g": 3} and out["methods"]["v"]["pick"]["qualified"]
+    assert [r["method"] for r in out["references"]] == ["dive-arrival", "mrl-arrival"]
+    assert "`new` stratum" in out["criterion"]
+    assert arrival_select(ARR, tolerance=0.05)["methods"]["v"]["pick"]["method"] == "v-g2-arrival"
+    # no candidate reaches the bar: the best on `known` (g1) is picked and the record says so
+    raised = {**ARR, ("dive-arrival", "a"): (0.95, 0.30)}
+    pick = arrival_select(raised)["methods"]["v"]["pick"]
+    assert pick["method"] == "v-g1-arrival" and not pick["qualified"]
+
+
+def test_arrival_selection_reads_validation_results_only():
+    from dive_core.selection import select_arrival
+
+    results = [result(m, ds, 0.5, stage="final") for (m, ds) in ARR]
+    with pytest.raises(ValueError, match="only validation results may select"):
+        select_arrival(ARR_CANDS, results, [{"known": 1, "new": 1}] * len(results), ["a", "b"], 2027,
+                       ["dive-arrival"], backbone="minilm")
+
+
+def test_arrival_selection_records_an_empty_stratum_as_null_and_refuses_an_empty_new_one():
+    import json
+
+    out = arrival_select(ARR)
+    assert out["methods"]["v"]["candidates"][0]["per_dataset"]["a"]["mixed"] is None
+    json.dumps(out, allow_nan=False)  # the record is plain JSON
+    empty = {**ARR, ("v-g1-arrival", "b"): (0.70, float("nan"))}
+    with pytest.raises(ValueError, match="validation queries of b have an empty `new` stratum.*new_query_share"):
+        arrival_select(empty)

@@ -363,3 +363,20 @@ def test_arrival_figure_is_written_with_strata_and_their_n(tmp_path, monkeypatch
     frozen = [p for p in ax.patches if p.get_hatch() == "//"]
     assert len(frozen) == 3 and {to_hex(p.get_facecolor()) for p in frozen} == {FROZEN_BAR}
     assert {to_hex(p.get_facecolor()) for p in ax.patches if p.get_hatch() != "//"} == {"#ff7f0e", "#e377c2"}
+
+
+def test_arrival_table_opens_with_the_selection_record_its_variants_trained_with(tmp_path):
+    """The time, sha256 and pick of each arrival_variants record come before any test number."""
+    from dive_core.studies.arrival import arrival_study
+
+    results, ctx = arrival_example(tmp_path, STRATA_6)
+    ctx.picks = {"results/selection/minilm/arrival_variants.json": {
+        "created_utc": "2026-11-25T06:43:32+00:00", "sha256": "ab" * 32, "criterion": "best `new`.",
+        "tolerance": 0.01, "references": [{"method": "dive-arrival"}, {"method": "mrl-arrival"}],
+        "methods": {"dive-pcainit": {"pick": {"method": "dive-pcainit-gammageo10-arrival", "overrides": {"gamma_geo": 10.0},
+                                              "mean": 0.61, "mean_known": 0.72, "qualified": True}}}}}
+    md = arrival_study(results, ctx).markdown
+    row = ("| `results/selection/minilm/arrival_variants.json` | 2026-11-25T06:43:32+00:00 | `abababababababab` | "
+           "dive-pcainit | gamma_geo = 10.0 | 0.6100 | 0.7200 | yes |")
+    assert row in md and md.index(row) < md.index("### nDCG@10 by stratum")
+    assert "references dive-arrival, mrl-arrival" in md

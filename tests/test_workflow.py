@@ -152,16 +152,27 @@ def test_arrival_runs_fit_on_known_documents_only(workdir):
     arriving = set(arrival["arriving"])
     assert 0 < len(arriving) < arrival["counts"]["docs"]
     known = splits.ids_sha256(splits.known_docs(data.load_staged(workdir / f"data/beir/{DS}").doc_ids, arrival))
-    fitted = sorted((workdir / f"results/{DS}/minilm").glob("*-arrival/k64/final/seed*/model.pt"))
-    names = {p.parts[-4] for p in fitted}
-    assert names == {f"{m}-arrival" for m in METHODS if m not in ("frozen", "truncate")}
-    assert len(fitted) == 6 + 2 * 4  # frozen, pca, autoencoder, mrl, dive: three seeds
+    fitted = sorted((workdir / f"results/{DS}/minilm").glob("*-arrival/k64/*/seed*/model.pt"))
+    final = {p.parts[-4] for p in fitted if p.parts[-3] == "final"}
+    variants = ("dive-pcainit", "dive-corpusgeo", "dive-pcacorpus")
+    assert final == {f"{m}-arrival" for m in METHODS + variants if m not in ("frozen", "truncate")}
+    assert len([p for p in fitted if p.parts[-3] == "final"]) == 9 + 1  # DIVE: two seeds (config/test.yaml)
+    assert len([p for p in fitted if p.parts[-3] == "select"]) == 2 + 2 + 2 + 2  # candidates + dive, mrl
     for p in fitted:
         meta = torch.load(p, weights_only=True)["meta"]
         assert meta["fingerprints"]["fit_docs_sha256"] == known, p
         assert meta["fingerprints"]["arrival_sha256"] == sha256(workdir / f"results/{DS}/arrival.json")
     t = triplets.read_triplets(workdir / f"results/{DS}/minilm/triplets/final-random-arrival.tsv")
     assert len(t) and not arriving & (set(t.pos_ids) | set(t.neg_ids))
+    sel = records.read("selection", workdir / "results/selection/minilm/arrival_variants.json")
+    assert sorted(sel["methods"]) == sorted(variants) and sel["created_utc"]
+    assert [r["method"] for r in sel["references"]] == ["dive-arrival", "mrl-arrival"]
+    for base in variants:  # the final runs trained with the pick, made before them on validation queries
+        pick = sel["methods"][base]["pick"]
+        assert pick["method"] in [c["method"] for c in sel["methods"][base]["candidates"]]
+        r = json.loads((workdir / f"results/{DS}/minilm/{base}-arrival/k64/final/seed2027/eval.json").read_text())
+        assert r["config"]["selected"]["from"] == f"arrival_variants/{base}"
+        assert all(r["config"]["hparams"][k] == v for k, v in pick["overrides"].items())
     md = (workdir / "results/tables/arrival.md").read_text(encoding="utf-8")
     for s in splits.STRATA:
         assert f"{s} (n={len(arrival['strata']['test'][s])})" in md

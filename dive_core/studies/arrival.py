@@ -8,7 +8,7 @@ import math
 from typing import Mapping, Sequence
 
 from .. import paths, records, report
-from ..evaluation import read_per_query
+from ..evaluation import read_per_query, stratum_means
 from ..splits import STRATA
 from .shared import (
     REFERENCE_STYLE, StudyContext, StudyOutput, cell, column_label, method_colors, opening_lines, pyplot, save,
@@ -47,16 +47,9 @@ def run_scores(r: Mapping, ctx: StudyContext, cache: dict[str, dict] | None = No
     if path not in cache:
         cache[path] = read_per_query(path)
     per_query = cache[path]
-    out = {"all": r["metrics"][METRIC]}
-    for s, qids in stratum_queries(ctx, r["dataset"], r["role"]).items():
-        missing = [q for q in qids if q not in per_query]
-        if missing:
-            raise records.RecordError(
-                f"{path}: no row for {len(missing)} of the {len(qids)} {s} {r['role']} queries of "
-                f"{paths.ARRIVAL.format(dataset=r['dataset'])} (first: {missing[0]!r}); the run was evaluated on "
-                "other queries than the arrival manifest's split: rerun its evaluation, or rule make_arrival")
-        out[s] = sum(per_query[q][METRIC] for q in qids) / len(qids) if qids else float("nan")
-    return out
+    strata = stratum_queries(ctx, r["dataset"], r["role"])
+    return {"all": r["metrics"][METRIC], **stratum_means(
+        per_query, strata, METRIC, path, f"{r['role']} queries of {paths.ARRIVAL.format(dataset=r['dataset'])}")}
 
 
 def summarize(results: Sequence[Mapping], ctx: StudyContext) -> dict[tuple[str, str, str], dict]:
@@ -284,12 +277,32 @@ def arrival_figure(path, summary: Mapping, ctx: StudyContext, backbones: Sequenc
     save(fig, path)
 
 
+def picks_table(ctx: StudyContext) -> list[str]:
+    """The selection records the arrival variants trained with, first: when each was made and its
+    sha256 (made before any test number of the variants: their final runs read it), and each pick."""
+    if not ctx.picks:
+        return []
+    lines = ["### Selection of the arrival variants (validation queries only, frozen before any test run)", "",
+             "| record | made (UTC) | sha256 | method | pick | validation new | validation known | within tolerance |",
+             "|---|---|---|---|---|---|---|---|"]
+    for path, rec in ctx.picks.items():
+        for base, entry in rec["methods"].items():
+            pick = entry["pick"]
+            over = ", ".join(f"{k} = {v}" for k, v in pick["overrides"].items()) or "fixed point"
+            lines.append(f"| `{path}` | {rec.get('created_utc', '–')} | `{rec['sha256'][:16]}` | {base} | {over} | "
+                         f"{cell(pick['mean'])} | {cell(pick['mean_known'])} | {'yes' if pick['qualified'] else 'no'} |")
+    rec = next(iter(ctx.picks.values()))
+    lines += ["", f"Criterion: {rec.get('criterion', '')} Tolerance {rec.get('tolerance')}; references "
+                  f"{', '.join(r['method'] for r in rec.get('references', []))}.", ""]
+    return lines
+
+
 def arrival_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """nDCG@10 per stratum of the evaluated queries (known / new / mixed relevant documents) for
     every method, the arrival split's facts, paired tests per stratum; figure: bars per stratum."""
     summary = summarize(results, ctx)
     bbs = study_backbones(results, ctx)
-    lines = opening_lines(ctx, results) + stratum_table(summary, ctx, bbs)
+    lines = opening_lines(ctx, results) + picks_table(ctx) + stratum_table(summary, ctx, bbs)
     facts = manifest_facts(ctx)
     lines += ([""] + facts if facts else []) + paired_markdown(paired_rows(summary, ctx, bbs))
     return StudyOutput("\n".join(lines) + "\n", summary_rows(summary, ctx, bbs),

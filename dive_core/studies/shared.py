@@ -29,6 +29,9 @@ class StudyContext:
     groups: dict[str, str] = field(default_factory=dict)  # dataset -> group (CQADupStack communities)
     note: str = ""
     selection: dict | None = None  # lr_audit: the selection record
+    # arrival: the arrival_variants selection records its variants trained with, by path, each with
+    # its file's sha256 under "sha256"
+    picks: dict[str, dict] = field(default_factory=dict)
     highlight: str | None = None  # heads: the configured head count's method
     # the declared per-run input files, by records.run_key of the run's result record
     per_query: dict[tuple, str] = field(default_factory=dict)
