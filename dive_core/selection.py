@@ -24,11 +24,7 @@ def select(study: str, candidates: Mapping[str, Sequence[tuple[str, Mapping]]], 
     score = {(r["method"], r["dataset"]): r["metrics"][metric] for r in results if r["seed"] == seed}
 
     def summarize(method):
-        per = {}
-        for ds in datasets:
-            if (method, ds) not in score:
-                raise ValueError(f"selection {study}: no validation result for {method} on {ds} (seed {seed})")
-            per[ds] = score[(method, ds)]
+        per = per_dataset(study, score, method, datasets, seed)
         return {"method": method, "per_dataset": per, "mean": dataset_mean(per, groups or {})}
 
     out = {"study": study, "backbone": backbone, "metric": metric, "datasets": list(datasets), "seed": seed,
@@ -89,11 +85,7 @@ def select_arrival(candidates: Mapping[str, Sequence[tuple[str, Mapping]]], resu
             "all": r["metrics"][metric]}
 
     def summarize(method):
-        per = {}
-        for ds in datasets:
-            if (method, ds) not in score:
-                raise ValueError(f"selection {study}: no validation result for {method} on {ds} (seed {seed})")
-            per[ds] = score[(method, ds)]
+        per = per_dataset(study, score, method, datasets, seed)
         means = {c: dataset_mean({ds: v[c] for ds, v in per.items()}, groups or {}) for c in ("all", "known", "new")}
         return {"method": method, "per_dataset": per, "mean_new": means["new"], "mean_known": means["known"],
                 "mean_all": means["all"]}
@@ -116,6 +108,17 @@ def select_arrival(candidates: Mapping[str, Sequence[tuple[str, Mapping]]], resu
             "method": rows[best]["method"], "overrides": rows[best]["overrides"], "mean": rows[best]["mean_new"],
             "mean_known": rows[best]["mean_known"], "qualified": bool(pool)}}
     return out
+
+
+def per_dataset(study: str, score: Mapping[tuple[str, str], object], method: str, datasets: Sequence[str],
+                seed: int) -> dict:
+    """``{dataset: score}`` of ``method``; a dataset without a validation result is refused."""
+    per = {}
+    for ds in datasets:
+        if (method, ds) not in score:
+            raise ValueError(f"selection {study}: no validation result for {method} on {ds} (seed {seed})")
+        per[ds] = score[(method, ds)]
+    return per
 
 
 def check_validation(study: str, results: Sequence[Mapping], backbone: str) -> None:
