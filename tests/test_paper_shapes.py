@@ -67,7 +67,8 @@ def test_the_papers_4096d_shapes_run_every_method_study_and_table(generated_beir
         # H (heads); the other studies add only more runs of the same methods at these shapes
         "experiments": {"heads": {"heads": [2, 4, 8, 16, 32]},
                         **{name: {"enabled": False} for name in ("lr_audit", "tuned", "ablation", "unsupervised",
-                                                                 "doc_disjoint", "efficiency", "frontier")}},
+                                                                 "doc_disjoint", "efficiency", "frontier",
+                                                                 "arrival")}},
         # SMEC needs one epoch for each of its 5 stages at 4096 -> 128 (plan.check refuses 3)
         "methods": {"smec": {"epochs": 5}},
     }
