@@ -231,7 +231,8 @@ def arrival_figure(path, summary: Mapping, ctx: StudyContext, backbones: Sequenc
              for me in methods}
     colors = method_colors({me: t for me, t in types.items() if t != REFERENCE})
     n_m = max(1, len(methods))
-    ncols = min(2, max(1, len(panels)))
+    # side by side while a panel is narrow; one above the other when many methods make it wide
+    ncols = min(2 if n_m * len(STRATA) <= 18 else 1, max(1, len(panels)))
     nrows = max(1, math.ceil(len(panels) / ncols))
     panel_w = max(6.5, 0.3 * n_m * len(STRATA) + 1.5)
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_w * ncols, 4.4 * nrows), dpi=120, squeeze=False)
