@@ -765,6 +765,13 @@ class Plan:
     def arrival_references(self) -> list[str]:
         return arrival_references(self.config)
 
+    def arrival_selection(self, study: str) -> dict | None:
+        """What the ``arrival_variants`` pick needs beyond the candidates (references, tolerance);
+        None for another selection study."""
+        if study != "arrival_variants":
+            return None
+        return {"references": self.arrival_references(), "tolerance": self.selection()["arrival_tolerance"]}
+
     def selection_runs(self, study: str, backbone: str) -> list[dict]:
         return selection_runs(self.config, study, backbone)
 

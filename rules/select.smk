@@ -22,7 +22,6 @@ rule select:
         seed=lambda wc: PLAN.selection()["seed"],
         groups=lambda wc: PLAN.groups(PLAN.selection()["datasets"]),
         reference=lambda wc: PLAN.selection_reference(wc.study),
-        arrival=lambda wc: {"references": PLAN.arrival_references(), "tolerance": PLAN.selection()["arrival_tolerance"]}
-        if wc.study == "arrival_variants" else None,
+        arrival=lambda wc: PLAN.arrival_selection(wc.study),
     script:
         "../workflow_scripts/select.py"
