@@ -153,7 +153,7 @@ def test_arrival_runs_fit_on_known_documents_only(workdir):
     assert 0 < len(arriving) < arrival["counts"]["docs"]
     known = splits.ids_sha256(splits.known_docs(data.load_staged(workdir / f"data/beir/{DS}").doc_ids, arrival))
     fitted = sorted((workdir / f"results/{DS}/minilm").glob("*-arrival/k64/*/seed*/model.pt"))
-    final = {p.parts[-4] for p in fitted if p.parts[-3] == "final"}
+    final = {p.parts[-5] for p in fitted if p.parts[-3] == "final"}  # .../{method}/k64/{stage}/seed{seed}/model.pt
     variants = ("dive-pcainit", "dive-corpusgeo", "dive-pcacorpus")
     assert final == {f"{m}-arrival" for m in METHODS + variants if m not in ("frozen", "truncate")}
     assert len([p for p in fitted if p.parts[-3] == "final"]) == 9 + 1  # DIVE: two seeds (config/test.yaml)
@@ -583,7 +583,7 @@ def test_slurm_profile_plans_the_same_jobs(tmp_path):
     text = out.stdout + out.stderr
     plain = planned_jobs(work)
     assert job_stats(text) == plain
-    assert plain["train"] > len(METHODS) and plain["table"] == 11 and plain["headline_result"] == len(METHODS)
+    assert plain["train"] > len(METHODS) and plain["table"] == 12 and plain["headline_result"] == len(METHODS)
     # mem_mb/runtime come from the rule (<TBD> until the inputs exist); no cpus_per_task beyond the threads
     assert re.search(r"rule embed:.*?resources: [^\n]*mem_mb=<TBD>[^\n]*gpu=1", text, re.S)
     assert not re.search(r"resources: [^\n]*cpus_per_task", text)
