@@ -309,6 +309,10 @@ def _variants(config: dict, exp: dict, suffix: str, key: str, applies) -> list[s
         _add_method(config, name, arrival_entry(entry) if key == "arrival" else {**entry, key: True})
         names.append(name)
     if exp.get("method_seeds"):
+        clash = sorted(m for m in exp["method_seeds"] if m in renamed and renamed[m] in exp["method_seeds"])
+        if clash:
+            raise ConfigError(f"config: experiments.<study>.method_seeds names both {clash[0]!r} and its generated "
+                              f"variant {renamed[clash[0]]!r}; give the seeds once")
         exp["method_seeds"] = {renamed.get(m, m): seeds for m, seeds in exp["method_seeds"].items()}
     return names
 
@@ -551,6 +555,11 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
         for i, ds in enumerate(exp.get("datasets", []) or []):
             if ds not in registry:
                 raise ConfigError(f"config: experiments.{ename}.datasets[{i}] = {ds!r} is not in the dataset registry")
+    for mname, entry in config["methods"].items():
+        if entry.get("arrival") and entry.get("selected") and not str(entry["selected"]).startswith("arrival_variants/"):
+            raise ConfigError(f"config: methods.{mname}: an arrival run may not train with selected = "
+                              f"{entry['selected']!r}: that pick was made on fits that saw every document; use an "
+                              "arrival_variants pick (selection.arrival_grid) or the method without selected:")
     for mname in config["methods"]:
         try:
             method_hparams(config, mname)

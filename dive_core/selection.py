@@ -60,7 +60,9 @@ ARRIVAL_CRITERION = (
     "datasets of validation nDCG@10 on the `new` stratum (every relevant document arrives after training), "
     "among the candidates whose mean validation nDCG@10 on the `known` stratum is at least the best "
     "reference's minus the tolerance; if none is, the candidate with the highest `known` score. Ties: the "
-    "earlier candidate. No test query is read.")
+    "earlier candidate. No test query's score is read. The arrival split itself (which documents are known) "
+    "is fixed before any fit from the validation and the test judgments alike, as the query split is: the "
+    "select-stage fits train on the known documents of that one split.")
 
 
 def select_arrival(candidates: Mapping[str, Sequence[tuple[str, Mapping]]], results: Sequence[Mapping],
@@ -77,7 +79,8 @@ def select_arrival(candidates: Mapping[str, Sequence[tuple[str, Mapping]]], resu
             continue
         for c in ("known", "new"):
             if math.isnan(s[c]):
-                raise ValueError(f"selection {study}: the validation queries of {r['dataset']} have an empty `{c}` "
+                raise ValueError(f"selection {study}: the validation queries of {r['dataset']} (results/"
+                                 f"{r['dataset']}/arrival.json) have an empty `{c}` "
                                  "stratum; the pick needs both (raise arrival.new_query_share, or change "
                                  "arrival.fraction)")
         # an empty stratum (mixed) has no score: null in the record

@@ -263,6 +263,16 @@ def ids_sha256(ids: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(ids)).encode("utf-8")).hexdigest()
 
 
+def known_queries(train_qids: Sequence[str], split_manifest: Mapping, arrival: Mapping | None) -> list[str]:
+    """The training queries a fit may see: all of ``train_qids``, but under the arrival manifest
+    ``arrival`` not a query that is its own corpus document (``identical_ids``: ArguAna, Quora,
+    CQADupStack) when that document arrives after training (its vector is the document's)."""
+    if arrival is None:
+        return list(train_qids)
+    gone = set(split_manifest["identical_ids"]["ids"]) & set(arrival["arriving"])
+    return [q for q in train_qids if q not in gone]
+
+
 def known_docs(doc_ids: Sequence[str], arrival: Mapping | None) -> list[str]:
     """The documents a fit may see: all of ``doc_ids`` (in their order), or those that do not
     arrive under the arrival manifest ``arrival``."""

@@ -113,6 +113,15 @@ def test_the_split_is_seeded_exact_and_independent_of_listing_order():
     assert other["arriving"] != a["arriving"]
 
 
+def test_a_query_that_is_its_own_arriving_document_is_no_training_query():
+    """ArguAna-style collections: a query whose own corpus document arrives is the document's
+    vector, so it leaves the training queries; one whose document is known stays."""
+    m = {"identical_ids": {"ids": ["d1", "d2"]}}
+    a = {"arriving": ["d1", "d9"]}
+    assert splits.known_queries(["q0", "d1", "d2"], m, a) == ["q0", "d2"]
+    assert splits.known_queries(["q0", "d1"], m, None) == ["q0", "d1"]
+
+
 @pytest.mark.parametrize("key,value", [("fraction", 0.0), ("fraction", 1.0), ("new_query_share", 1.5)])
 def test_bad_arrival_settings_are_refused_naming_the_key(key, value):
     kwargs = {"fraction": 0.2, "new_query_share": 0.2, key: value}
@@ -283,6 +292,15 @@ def test_the_arrival_study_refits_every_method_that_fits_and_shares_the_others()
     bad["methods"]["dive"]["doc_disjoint"] = True
     bad["methods"]["dive"]["arrival"] = True
     with pytest.raises(dcfg.ConfigError, match="methods.dive: doc_disjoint and arrival"):
+        plan.resolve(bad, reg, defaults=cfg)
+    bad = copy.deepcopy(cfg)  # a pick made on fits that saw every document
+    bad["experiments"]["arrival"]["methods"].append("mrl-tuned")
+    with pytest.raises(dcfg.ConfigError, match="methods.mrl-tuned-arrival: an arrival run may not train with "
+                                                "selected = 'lr_audit/mrl'"):
+        plan.resolve(bad, reg, defaults=cfg)
+    bad = copy.deepcopy(cfg)
+    bad["experiments"]["arrival"]["method_seeds"]["dive-arrival"] = [1]
+    with pytest.raises(dcfg.ConfigError, match="names both 'dive' and its generated variant 'dive-arrival'"):
         plan.resolve(bad, reg, defaults=cfg)
     bad = copy.deepcopy(cfg)
     bad["experiments"]["arrival"]["method_seeds"]["nope"] = [1]

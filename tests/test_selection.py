@@ -144,5 +144,5 @@ def test_arrival_selection_records_an_empty_stratum_as_null_and_refuses_an_empty
     assert out["methods"]["v"]["candidates"][0]["per_dataset"]["a"]["mixed"] is None
     json.dumps(out, allow_nan=False)  # the record is plain JSON
     empty = {**ARR, ("v-g1-arrival", "b"): (0.70, float("nan"))}
-    with pytest.raises(ValueError, match="validation queries of b have an empty `new` stratum.*new_query_share"):
+    with pytest.raises(ValueError, match=r"validation queries of b \(results/b/arrival.json\) have an empty `new` stratum.*new_query_share"):
         arrival_select(empty)

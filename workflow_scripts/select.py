@@ -21,10 +21,12 @@ if w.study == "arrival_variants":  # scored on the strata of the arrival split's
     out = select_arrival(p.candidates, results, strata, p.datasets, int(p.seed), p.arrival["references"],
                          p.arrival["tolerance"], groups=p.groups, backbone=w.backbone)
     inputs += list(snakemake.input.per_query) + list(snakemake.input.arrival)
+    # when the pick was frozen (the arrival table shows it before any test number); the other
+    # selection records stay byte-reproducible
+    out["created_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
 else:
     out = select(w.study, p.candidates, results, p.datasets, int(p.seed), groups=p.groups, reference=p.reference,
                  backbone=w.backbone)
-out["created_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
 out["inputs"] = {path: sha256_file(path) for path in inputs}
 records.write("selection", snakemake.output[0], out)
 for base, entry in out["methods"].items():

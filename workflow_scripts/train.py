@@ -28,6 +28,7 @@ if "arrival" in inp.keys():
     arrival = records.read("arrival", inp.arrival)
     splits.check_arrival(arrival, inp.arrival, inp.splits)
     fit_docs = splits.known_docs(emb.doc_ids, arrival)
+    train_qids = splits.known_queries(train_qids, manifest, arrival)
     fingerprints = {"arrival_sha256": sha256_file(inp.arrival), "fit_docs_sha256": splits.ids_sha256(fit_docs)}
     log.info("arrival: the fit sees %d of %d documents", len(fit_docs), len(emb.doc_ids))
 data = fit_data(emb, train_qids, inp.get("triplets"), device, doc_ids=fit_docs)

@@ -20,6 +20,7 @@ arrival = None
 if variant == plan.ARRIVAL:  # only documents known at training time may be a positive or a negative
     arrival = records.read("arrival", inp.arrival)
     splits.check_arrival(arrival, inp.arrival, inp.splits)
+    train_qids = splits.known_queries(train_qids, manifest, arrival)
     meta_extra["arrival"] = {"arrival_sha256": sha256_file(inp.arrival), "arriving_docs": len(arrival["arriving"])}
 doc_ids = splits.known_docs(ds.doc_ids, arrival)
 if mode == "hard":
