@@ -555,11 +555,6 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
         for i, ds in enumerate(exp.get("datasets", []) or []):
             if ds not in registry:
                 raise ConfigError(f"config: experiments.{ename}.datasets[{i}] = {ds!r} is not in the dataset registry")
-    for mname, entry in config["methods"].items():
-        if entry.get("arrival") and entry.get("selected") and not str(entry["selected"]).startswith("arrival_variants/"):
-            raise ConfigError(f"config: methods.{mname}: an arrival run may not train with selected = "
-                              f"{entry['selected']!r}: that pick was made on fits that saw every document; use an "
-                              "arrival_variants pick (selection.arrival_grid) or the method without selected:")
     for mname in config["methods"]:
         try:
             method_hparams(config, mname)

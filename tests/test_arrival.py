@@ -293,11 +293,6 @@ def test_the_arrival_study_refits_every_method_that_fits_and_shares_the_others()
     bad["methods"]["dive"]["arrival"] = True
     with pytest.raises(dcfg.ConfigError, match="methods.dive: doc_disjoint and arrival"):
         plan.resolve(bad, reg, defaults=cfg)
-    bad = copy.deepcopy(cfg)  # a pick made on fits that saw every document
-    bad["experiments"]["arrival"]["methods"].append("mrl-tuned")
-    with pytest.raises(dcfg.ConfigError, match="methods.mrl-tuned-arrival: an arrival run may not train with "
-                                                "selected = 'lr_audit/mrl'"):
-        plan.resolve(bad, reg, defaults=cfg)
     bad = copy.deepcopy(cfg)
     bad["experiments"]["arrival"]["method_seeds"]["dive-arrival"] = [1]
     with pytest.raises(dcfg.ConfigError, match="names both 'dive' and its generated variant 'dive-arrival'"):

@@ -30,7 +30,7 @@ from torch import nn
 from ..losses import GeometryDistillationLoss
 from .base import register
 from .dive import DIVE
-from .pca import covariance
+from .pca import principal_axes
 
 CORPUS_STREAM_OFFSET = 7919  # the corpus stream's generator: seed + this (the batch order uses seed)
 
@@ -45,12 +45,7 @@ class Frame(nn.Module):
         self.identity = True
 
     def fit_pca(self, docs: torch.Tensor) -> None:
-        mean, cov = covariance(docs)
-        evals, evecs = torch.linalg.eigh(cov)  # ascending
-        order = torch.argsort(evals, descending=True, stable=True)
-        comps = evecs[:, order]
-        signs = torch.sign(comps.gather(0, comps.abs().argmax(0, keepdim=True)))
-        comps = comps * torch.where(signs == 0, torch.ones_like(signs), signs)
+        mean, _, comps = principal_axes(docs)
         self.mean.copy_(mean.float())
         self.rotation.copy_(comps.float())
         self.identity = False

@@ -27,6 +27,19 @@ def covariance(x: torch.Tensor, chunk: int = 65536) -> tuple[torch.Tensor, torch
     return mean, gram / n - torch.outer(mean, mean)
 
 
+def principal_axes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(mean, variances, axes)`` of the rows of ``x``: the covariance's eigenvalues in descending
+    order (clamped at 0) and its eigenvectors as columns in that order, each sign-fixed (its
+    largest-magnitude entry positive). PCA keeps the first k axes; dive_corpus rotates by all."""
+    mean, cov = covariance(x)
+    evals, evecs = torch.linalg.eigh(cov)  # ascending
+    order = torch.argsort(evals, descending=True, stable=True)
+    comps = evecs[:, order]
+    signs = torch.sign(comps.gather(0, comps.abs().argmax(0, keepdim=True)))
+    comps = comps * torch.where(signs == 0, torch.ones_like(signs), signs)
+    return mean, evals.clamp_min(0)[order], comps
+
+
 @register
 class PCA(Method):
     type = "pca"
@@ -39,16 +52,10 @@ class PCA(Method):
         import time
 
         t0 = time.perf_counter()
-        mean, cov = covariance(data.docs)
-        evals, evecs = torch.linalg.eigh(cov)  # ascending
-        order = torch.argsort(evals, descending=True, stable=True)[: self.k]
-        comps = evecs[:, order]
-        signs = torch.sign(comps.gather(0, comps.abs().argmax(0, keepdim=True)))
-        comps = comps * torch.where(signs == 0, torch.ones_like(signs), signs)
+        mean, var, comps = principal_axes(data.docs)
         self.mean = mean.float()
-        self.components = comps.float().contiguous()
-        var = evals.clamp_min(0)
-        log.add({"epoch": 1, "phase": "fit", "explained_variance": float(var[order].sum() / var.sum()),
+        self.components = comps[:, : self.k].float().contiguous()
+        log.add({"epoch": 1, "phase": "fit", "explained_variance": float(var[: self.k].sum() / var.sum()),
                  "total": 0.0, "seconds": time.perf_counter() - t0})
 
     def transform(self, x):
