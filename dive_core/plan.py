@@ -159,8 +159,15 @@ def selection_settings(config: Mapping) -> dict:
 
 
 def arrival_entry(entry: Mapping) -> dict:
-    """A method entry refitted under the arrival protocol (its fits see the known documents only)."""
-    return {**entry, "arrival": True}
+    """A method entry refitted under the arrival protocol (its fits see the known documents only).
+
+    A ``selected:`` pick of another study (``lr_audit``, ``dive_config``) is dropped: it was made
+    on fits that saw every document, the arriving ones too, so the arrival run trains at the
+    entry's own values. Only an ``arrival_variants`` pick, made on arrival runs, is kept."""
+    out = {**entry, "arrival": True}
+    if str(out.get("selected", "")).partition("/")[0] != "arrival_variants":
+        out.pop("selected", None)
+    return out
 
 
 def selection_candidates(config: Mapping, study: str) -> dict[str, list[tuple[str, dict]]]:

@@ -450,3 +450,22 @@ def test_the_arrival_variants_select_on_their_own_arrival_runs():
     assert list(p.selection_inputs({"study": "lr_audit", "backbone": "minilm"})) == ["results"]
     w = dict(dataset="scifact", backbone="minilm", method="dive-pcainit-arrival", k=64, stage="final", seed=2027)
     assert p.train_inputs(w)["selection"] == "results/selection/minilm/arrival_variants.json"
+
+
+def test_an_arrival_run_drops_a_pick_made_on_fits_that_saw_every_document():
+    """`mrl-tuned` reads lr_audit/mrl, a pick made on fits that saw the arriving documents too:
+    its arrival refit trains at the entry's own values, with no dependency on that record. An
+    arrival_variants pick (made on arrival runs) is kept."""
+    cfg = copy.deepcopy(CONFIG)
+    cfg["methods"]["dive"] = {**cfg["methods"]["dive"], "selected": "dive_config/dive"}
+    cfg["selection"] = {**cfg["selection"], "dive_grid": {"margin": [0.5, 0.7]}}
+    cfg["experiments"]["arrival"] = {**cfg["experiments"]["arrival"], "methods": ["dive", "mrl-tuned", "dive-pcainit"],
+                                     "method_seeds": {}}
+    p = plan.resolve(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"), defaults=CONFIG)
+    assert p.method("mrl-tuned").selected == "lr_audit/mrl" and p.method("dive").selected == "dive_config/dive"
+    assert p.method("mrl-tuned-arrival").selected is None and p.method("dive-arrival").selected is None
+    assert p.method("mrl-tuned-arrival").hparams == p.method("mrl-arrival").hparams
+    assert p.method("dive-pcainit-arrival").selected == "arrival_variants/dive-pcainit"
+    for m in ("mrl-tuned-arrival", "dive-arrival"):
+        w = dict(dataset="scifact", backbone="minilm", method=m, k=64, stage="final", seed=2027)
+        assert "selection" not in p.train_inputs(w), m
