@@ -380,3 +380,27 @@ def test_arrival_table_opens_with_the_selection_record_its_variants_trained_with
            "dive-pcainit | gamma_geo = 10.0 | 0.6100 | 0.7200 | yes |")
     assert row in md and md.index(row) < md.index("### nDCG@10 by stratum")
     assert "references dive-arrival, mrl-arrival" in md
+
+
+@pytest.mark.parametrize("nrows", [1, 2])
+def test_a_figure_title_sits_just_above_its_panels(nrows):
+    """suptitle wraps a long title and leaves it room: no overlap with the top panel's title, and
+    no empty band between them (a reserved rect on top of tight_layout's own room left 0.6 inch)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(nrows, 1, figsize=(9, 4.4 * nrows), dpi=120, squeeze=False)
+    for ax in axes.flat:
+        ax.bar([0, 1], [0.5, 0.6])
+        ax.set_title("scifact")
+    shared.suptitle(fig, "arrival_mine: held-out test queries, backbone mine, primary dimension - my embeddings: "
+                         "every fit sees only the documents known at training time: nDCG@10 by stratum")
+    renderer = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    panel = axes[0, 0].title.get_window_extent(renderer)
+    gap_inches = (title.y0 - panel.y1) / fig.dpi
+    plt.close(fig)
+    assert title.get_points()[1, 1] <= fig.bbox.height + 1, "the title is cut off at the top"
+    assert 0 <= gap_inches < 0.35, gap_inches

@@ -251,7 +251,7 @@ def suptitle(fig, title: str) -> None:
     chars = max(40, int(11 * fig.get_size_inches()[0]))
     text = "\n".join(textwrap.wrap(title, chars))
     fig.suptitle(text, fontsize=10)
-    fig.tight_layout()  # leaves room for the suptitle itself (a reserved rect on top of that doubled the gap)
+    fig.tight_layout()  # leaves room for the suptitle itself; a band reserved on top of that stayed empty
 
 
 def save(fig, path) -> None:
