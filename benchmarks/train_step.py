@@ -12,6 +12,7 @@ import time
 
 import torch
 
+import dive_core  # noqa: F401  (MKL's reproducible mode, as in the workflow)
 from dive_core.adapters import ResidualMLP, split_heads
 from dive_core.losses import GeometryDistillationLoss, HingeTripletLoss, MultiPositiveNTXent
 from dive_core.methods import new_method
@@ -27,6 +28,30 @@ def timeit(fn, repeats=30, warmup=5):
         fn()
         times.append(time.perf_counter() - t0)
     return 1000 * statistics.median(times)
+
+
+def dive_step(d: int = 384, k: int = 64, heads: int = 4, hidden: int = 2048, batch: int = 128):
+    """One full DIVE optimisation step (forward of every loss term, backward, the workflow's AdamW)
+    on a seeded synthetic batch, as a callable (also timed by benchmarks/reproducibility.py)."""
+    g = torch.Generator().manual_seed(0)
+    n = 4096
+    docs = torch.nn.functional.normalize(torch.randn(n, d, generator=g), dim=-1)
+    idx = torch.randint(0, n, (n,), generator=g)
+    ones = torch.ones(n)
+    data = FitData(docs, docs, idx, idx.roll(1), idx.roll(2), ones, 0 * ones)
+    hp = dict(margin=0.7, lambda_view=0.01, gamma_geo=10.0, tau=0.1, heads=heads, triplet_loss="hinge",
+              lr=2e-4, epochs=1, batch_size=batch, hidden=hidden, weight_decay=0.01)
+    m = new_method("dive", d, k, hp, 0)
+    opt = adamw(m.net.parameters(), 2e-4, 0.01)
+    b = torch.arange(batch)
+
+    def step():
+        out = m.batch_loss(data, b)
+        opt.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        opt.step()
+
+    return step
 
 
 def main():
@@ -50,23 +75,8 @@ def main():
         print(f"NT-Xent x3                    {timeit(lambda: [MultiPositiveNTXent(0.1)(heads[i::3]) for i in range(3)]):8.2f} ms")
         print(f"geometry (3B x 3B Gram)       {timeit(lambda: GeometryDistillationLoss()(heads[:, 0], x)):8.2f} ms")
         print(f"hinge                         {timeit(lambda: HingeTripletLoss(0.7)(heads[:a.batch, 0], heads[a.batch:2*a.batch, 0], heads[2*a.batch:, 0])):8.2f} ms")
-    n = 4096
-    docs = torch.nn.functional.normalize(torch.randn(n, a.d, generator=g), dim=-1)
-    idx = torch.randint(0, n, (n,), generator=g)
-    ones = torch.ones(n)
-    data = FitData(docs, docs, idx, idx.roll(1), idx.roll(2), ones, 0 * ones)
-    hp = dict(margin=0.7, lambda_view=0.01, gamma_geo=10.0, tau=0.1, heads=a.heads, triplet_loss="hinge",
-              lr=2e-4, epochs=1, batch_size=a.batch, hidden=a.hidden, weight_decay=0.01)
-    m = new_method("dive", a.d, a.k, hp, 0)
     torch.use_deterministic_algorithms(bool(a.deterministic), warn_only=True)
-    opt = adamw(m.net.parameters(), 2e-4, 0.01)  # the workflow's optimiser
-    b = torch.arange(a.batch)
-
-    def step():
-        out = m.batch_loss(data, b)
-        opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        opt.step()
+    step = dive_step(a.d, a.k, a.heads, a.hidden, a.batch)
 
     print(f"full DIVE step (fwd+bwd+AdamW) {timeit(step):8.2f} ms")
 

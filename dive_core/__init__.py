@@ -28,9 +28,16 @@ efficiency  flat-index memory / latency / throughput against the bandwidth bound
 export      a trained compressor outside the workflow (safetensors + JSON, sentence-transformers)
 compress    dive-compress: a trained compressor applied to a vector file in bounded memory
 provenance  library versions and fingerprints recorded in every output
+numerics    reproducible floating point: MKL's conditional numerical reproducibility, set on import
 """
 
+from . import numerics as _numerics
+
 __version__ = "0.1.0"
+
+# Before anything imports torch (MKL reads MKL_CBWR when torch loads it): every workflow script,
+# dive-compress, the benchmarks and exported models import dive_core first (dive_core/numerics.py).
+_numerics.configure()
 
 
 def __getattr__(name):  # lazy: `import dive_core` must not import torch (the Snakefile imports it)

