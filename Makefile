@@ -16,11 +16,19 @@ LOCK_VENV ?= $(or $(TMPDIR),/tmp)/dive-lock-tools
 LOCK_ARGS ?=
 PIP_TOOLS := pip-tools==7.6.2
 PIP_COMPILE_ARGS := --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links --constraint constraints.txt --output-file $(LOCK) requirements-dev.txt
-PY311 := import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 required: requirements.lock is resolved for CPython 3.11"
+# one line, not a traceback, when the interpreter is not CPython 3.11 (the lock is resolved for it)
+PY311 := import sys; v = sys.version_info; sys.exit(0 if v[:2] == (3, 11) else f"Python 3.11 is required (requirements.lock is resolved for CPython 3.11), but {sys.executable} is {v.major}.{v.minor}: install CPython 3.11 (python.org, pyenv, or your distribution'"'"'s python3.11) and run make PYTHON=/path/to/python3.11")
+# The pinned torch is PyTorch's CPU build (torch==X+cpu), which PyPI does not serve. When pip cannot
+# already find that wheel (find-links, a local mirror), the install adds PyTorch's CPU index; when
+# it can (offline machines with a wheel cache), no index is added, so nothing waits on the network.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN = $(shell sed -n 's/^\(torch==[^ ]*\) .*/\1/p' $(LOCK))
+GENERATED := data/generated
 
-.PHONY: all test venv lock dry-run clean-venv help
+.PHONY: all smoke test venv lock dry-run clean-venv help
 
 help:
+	@echo "make smoke    - create .venv if needed, run every study on a generated collection (minutes, no data needed)"
 	@echo "make all      - create .venv if needed, run the default workflow (snakemake all) on CPU"
 	@echo "make test     - create .venv if needed, run the test suite"
 	@echo "make dry-run  - show the jobs 'all' would run"
@@ -28,10 +36,15 @@ help:
 	@echo "Offline: export BEIR_DATA_DIR=/path/to/beir (a local BEIR directory) first."
 
 $(STAMP): $(LOCK) pyproject.toml
+	@[ -n "$(PYTHON)" ] || { echo "No python3 found: install CPython 3.11 and run make PYTHON=/path/to/python3.11" >&2; exit 1; }
+	@$(PYTHON) -c '$(PY311)'
 	@if [ ! -x $(BIN)/python ]; then $(PYTHON) -m venv $(VENV); fi
 	@$(BIN)/python -c '$(PY311)'
-	# every package from the lock, each file checked against its sha256 (torch: the 2.13.0+cpu wheel only)
-	$(BIN)/python -m pip install --disable-pip-version-check --require-hashes -r $(LOCK)
+	# every package from the lock, each file checked against its sha256 (torch: the $(TORCH_PIN) wheel only)
+	@if $(BIN)/python -m pip install --disable-pip-version-check --dry-run --quiet --ignore-installed --no-deps \
+	    --no-index '$(TORCH_PIN)' >/dev/null 2>&1; then src=""; else src="--extra-index-url $(TORCH_INDEX)"; \
+	  echo "pip does not find $(TORCH_PIN) locally: adding PyTorch's CPU index ($(TORCH_INDEX))"; fi; \
+	  set -x; $(BIN)/python -m pip install --disable-pip-version-check --require-hashes -r $(LOCK) $$src
 	# dive_core importable from anywhere in the venv (exported sentence-transformers models load it)
 	$(BIN)/python -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check --disable-pip-version-check
@@ -71,6 +84,14 @@ test: $(STAMP)
 
 all: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS) all
+
+# Every study of config/test.yaml on the generated collection (500 made-up documents, written
+# byte-reproducibly into data/generated/, sha256-checked at staging): no download, no BEIR_DATA_DIR,
+# nothing outside the repository. Its scores mean nothing; its tables and figures land in results/.
+smoke: $(STAMP)
+	$(BIN)/python -m dive_core.generated $(GENERATED)
+	BEIR_DATA_DIR="$(abspath $(GENERATED))" PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) \
+	  --configfile config/test.yaml $(SNAKEMAKE_ARGS) all
 
 dry-run: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) -n $(SNAKEMAKE_ARGS) all

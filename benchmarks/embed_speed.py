@@ -1,7 +1,7 @@
 """Throughput of a backbone of config/config.yaml (default MiniLM) on real SciFact documents:
 fp32 vs bf16 autocast and a few batch sizes, with the pipeline's own length-sorted batching.
 
-    BEIR_DATA_DIR=../shared/data/beir .venv/bin/python -m benchmarks.embed_speed [--docs 512] [--threads 2]
+    BEIR_DATA_DIR=/path/to/beir .venv/bin/python -m benchmarks.embed_speed [--docs 512] [--threads 2]
     ... -m benchmarks.embed_speed --backbone mpnet --docs 256 --batch-sizes 32 --precisions fp32
 
 (mpnet reads its folder data/models/mpnet: `snakemake --cores 1 data/models/mpnet` fetches it.)
@@ -37,7 +37,7 @@ def main():
     spec = load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")["backbones"][a.backbone]
     print(f"{a.backbone}: cpu {cpu_model()}, threads {a.threads}, torch {torch.__version__}",
           flush=True)
-    root = Path(os.environ.get("BEIR_DATA_DIR", "../shared/data/beir")) / "scifact"
+    root = Path(os.environ.get("BEIR_DATA_DIR", "data/beir")) / "scifact"
     ds = load_beir(root)
     texts = [ds.doc_text(d) for d in ds.doc_ids[: a.docs]]
     ref = None

@@ -28,6 +28,7 @@ efficiency  flat-index memory / latency / throughput against the bandwidth bound
 export      a trained compressor outside the workflow (safetensors + JSON, sentence-transformers)
 compress    dive-compress: a trained compressor applied to a vector file in bounded memory
 provenance  library versions and fingerprints recorded in every output
+generated   the generated BEIR-layout collection `generated-tiny` (make smoke, the end-to-end tests)
 numerics    reproducible floating point: MKL's conditional numerical reproducibility, set on import
 """
 

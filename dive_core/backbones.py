@@ -38,6 +38,9 @@ def pick_device(preference: str = "auto") -> str:
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+# the backbone families (config `backbones.<id>.family`); `vectors` reads embeddings from files (dive_core.vectors)
+FAMILIES = ("sentence_transformers", "llm2vec", "vectors")
+POOLINGS = ("mean", "weighted_mean", "eos_token", "last_token", "bos_token")  # llm2vec's pooling modes
 
 
 def _check_precision(backbone_id: str, precision: str) -> str:

@@ -49,8 +49,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .atomic import atomic_path
-from .vectors import (CHUNK_ROWS, ENCODINGS, VectorFile, VectorFileError, VectorWriter, h5_sets, ids_path, meta_path,
-                      open_vectors, vector_format)
+from .vectors import (CHUNK_ROWS, ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFile, VectorFileError, VectorWriter,
+                      h5_sets, ids_path, meta_path, open_vectors, vector_format)
 
 FORMAT = "dive-compressed/1"
 META_KEY = "dive_compressed"  # the file metadata key (Parquet schema, HDF5 emb attrs) holding the JSON record
@@ -231,8 +231,8 @@ def _floats(a: np.ndarray) -> list[float]:
 
 
 # --------------------------------------------------------------------------- inputs and outputs
-def open_sets(path: str | Path, group: str | None = None, id_column: str = "id",
-              vector_column: str = "embedding") -> list[VectorFile]:
+def open_sets(path: str | Path, group: str | None = None, id_column: str = ID_COLUMN,
+              vector_column: str = VECTOR_COLUMN) -> list[VectorFile]:
     """The vector sets of an input file: one, or each group of an ``embeddings.h5``-like HDF5 file
     (``group`` picks one). Unknown file types and unreadable files are refused, naming the file."""
     path = Path(path)
@@ -318,7 +318,7 @@ def _merge_h5(files: Sequence[Path], groups: Sequence[str], dest: Path) -> None:
                     src.copy(src[f"{g}/{name}"], grp, name=name)
 
 
-def write_output(output: str | Path, sets: Sequence[OutSet], encoding: str, id_column: str = "id") -> Path:
+def write_output(output: str | Path, sets: Sequence[OutSet], encoding: str, id_column: str = ID_COLUMN) -> Path:
     """Write ``sets`` to ``output`` (its extension names the format) under a temporary name,
     renamed into place when every row is written. HDF5 sets with group names go into those groups."""
     output = Path(output)
@@ -363,7 +363,7 @@ def part_range(n: int, part: str | None) -> tuple[int, int]:
 
 
 def compress_part(model, input: str | Path, part_dir: str | Path, part: str | None = None, *,
-                  group: str | None = None, id_column: str = "id", vector_column: str = "embedding",
+                  group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
                   rows: int | None = None, device: str = "cpu", progress: bool = True) -> Path:
     """Compress one row range (``part``, ``"<i>of<N>"``; None: every row) of each vector set of
     ``input`` into float32 spool files ``part_dir/set<j>.h5``, each recording its rows and the
@@ -409,7 +409,7 @@ def _part_meta(part_dir: Path, j: int) -> dict:
 
 
 def gather(model, input: str | Path, parts: Sequence[str | Path], output: str | Path, encoding: str = "float32",
-           *, group: str | None = None, id_column: str = "id", vector_column: str = "embedding",
+           *, group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
            device: str = "cpu", progress: bool = True) -> Path:
     """Write the parts of ``input`` (:func:`compress_part`, in row order) to ``output`` as
     ``dive-compress`` writes it: int8 ranges from the whole input (every part's min and max)."""
@@ -460,7 +460,7 @@ def _counted(blocks, bar):
 
 
 def compress_file(model, input: str | Path, output: str | Path, encoding: str = "float32", *,
-                  group: str | None = None, id_column: str = "id", vector_column: str = "embedding",
+                  group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
                   rows: int | None = None, device: str = "cpu", progress: bool = True) -> Path:
     """Compress every row of ``input`` into ``output`` (what ``dive-compress`` does)."""
     method = _method(model, device)
@@ -487,7 +487,7 @@ def compress_file(model, input: str | Path, output: str | Path, encoding: str = 
 
 
 # --------------------------------------------------------------------------- reading outputs back
-def _one_set(path: str | Path, group: str | None = None, id_column: str = "id") -> VectorFile:
+def _one_set(path: str | Path, group: str | None = None, id_column: str = ID_COLUMN) -> VectorFile:
     sets = open_sets(path, group, id_column=id_column)
     if len(sets) > 1:
         raise CompressError(f"{path} holds {len(sets)} vector sets ({', '.join(str(v.group) for v in sets)}): "
@@ -507,7 +507,7 @@ def read_metadata(path: str | Path, group: str | None = None) -> dict:
 
 
 def decode_chunks(path: str | Path, group: str | None = None, rows: int = CHUNK_ROWS,
-                  id_column: str = "id") -> Iterator[tuple[list[str], np.ndarray]]:
+                  id_column: str = ID_COLUMN) -> Iterator[tuple[list[str], np.ndarray]]:
     """``(ids, float32 rows)`` of a compressed file, chunk by chunk: int8 codes decoded with the
     file's SQ8 ranges (:func:`sq8_decode`), float16 widened."""
     vf = _one_set(path, group, id_column)
@@ -519,7 +519,7 @@ def decode_chunks(path: str | Path, group: str | None = None, rows: int = CHUNK_
         yield ids, sq8_decode(codes, vmin, vdiff)
 
 
-def decode(path: str | Path, group: str | None = None, id_column: str = "id") -> tuple[list[str], np.ndarray]:
+def decode(path: str | Path, group: str | None = None, id_column: str = ID_COLUMN) -> tuple[list[str], np.ndarray]:
     """Every row of a compressed file as float32 (:func:`decode_chunks`), in memory."""
     ids: list[str] = []
     mats = []
@@ -602,8 +602,8 @@ def write_faiss_index(vectors: str | Path, index_path: str | Path, group: str | 
 
 
 # --------------------------------------------------------------------------- the workflow's config
-ENTRY_DEFAULTS = {"shards": 1, "encoding": "float32", "faiss": False, "group": None, "id_column": "id",
-                  "vector_column": "embedding"}
+ENTRY_DEFAULTS = {"shards": 1, "encoding": "float32", "faiss": False, "group": None, "id_column": ID_COLUMN,
+                  "vector_column": VECTOR_COLUMN}
 
 
 def entries(config: Mapping[str, Any]) -> dict[str, dict]:
@@ -709,8 +709,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faiss", metavar="PATH", help="also write a FAISS index of OUTPUT (row i = row i): "
                                                     "IndexFlatIP for float32, the scalar quantizer for float16/int8")
     ap.add_argument("--group", help="HDF5 input: compress only this group (default: the root, else every group)")
-    ap.add_argument("--id-column", default="id", help="Parquet input: the id column (kept in OUTPUT; default id)")
-    ap.add_argument("--vector-column", default="embedding", help="Parquet input: the vector column (default embedding)")
+    ap.add_argument("--id-column", default=ID_COLUMN, help=f"Parquet input: the id column (kept in OUTPUT; default {ID_COLUMN})")
+    ap.add_argument("--vector-column", default=VECTOR_COLUMN,
+                    help=f"Parquet input: the vector column (default {VECTOR_COLUMN})")
     ap.add_argument("--rows", type=int, help="rows compressed at once (default: from the compressor's size)")
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     ap.add_argument("--device", default="cpu", help="torch device (default cpu)")

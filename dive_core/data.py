@@ -305,8 +305,8 @@ def load_beir(
     query or document id is absent from queries/corpus: ``"error"`` (default) or ``"drop"``
     (dropped rows are counted in ``BeirDataset.dropped``).
     """
-    if on_missing not in ("error", "drop"):
-        raise ValueError(f"on_missing must be 'error' or 'drop', not {on_missing!r}")
+    if on_missing not in ON_MISSING:
+        raise ValueError(f"on_missing must be one of {ON_MISSING}, not {on_missing!r}")
     root = Path(root)
     files = dataset_files(root)
     raw = {name: read_decompressed(p) for name, p in files.items()}
@@ -468,8 +468,8 @@ def _clear_dataset_files(dest: Path) -> None:
 
 def stage_local(src: str | os.PathLike, dest: str | os.PathLike, mode: str = "link") -> None:
     """Make ``dest`` a BEIR directory whose files are links to (or copies of) ``src``'s."""
-    if mode not in ("link", "copy"):
-        raise ValueError(f"mode must be 'link' or 'copy', not {mode!r}")
+    if mode not in LOCAL_MODES:
+        raise ValueError(f"mode must be one of {LOCAL_MODES}, not {mode!r}")
     src, dest = Path(src).resolve(), Path(dest)
     files = dataset_files(src)
     dest.mkdir(parents=True, exist_ok=True)
@@ -556,6 +556,8 @@ def stage_dataset(
 
 CHECK_LIMIT = 20
 BEIR_SPLITS = ("train", "dev", "test")
+ON_MISSING = ("error", "drop")  # config `on_missing_qrels_ids`: qrels rows naming an unknown query or document
+LOCAL_MODES = ("link", "copy")  # config `beir_local_mode`: how a local BEIR copy is staged
 DEFAULT_SPLIT_FRACTIONS = (0.6, 0.2, 0.2)  # config/config.yaml `split.fractions`
 
 

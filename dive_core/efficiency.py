@@ -1,4 +1,4 @@
-"""Retrieval efficiency of a flat inner-product index (SPEC section 2 item 8, section 6), measured
+"""Retrieval efficiency of a flat inner-product index (docs/protocol.md#efficiency-and-quality-per-byte), measured
 as FAISS's own benchmarks do: index construction and file loading are not timed; each figure is
 the median over independent repetitions, each after a discarded warm-up; thread count, CPU and
 FAISS version are recorded.

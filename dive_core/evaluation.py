@@ -1,6 +1,6 @@
 """Evaluate a compression method: compress corpus and the evaluated role's queries, exact
 inner-product search over the whole corpus, pytrec_eval metrics, per-query rows and the
-summary (overall and on the ``seen`` / ``unseen`` subsets of SPEC section 4)."""
+summary (overall and on the ``seen`` / ``unseen`` subsets of docs/protocol.md#evaluation)."""
 
 from __future__ import annotations
 

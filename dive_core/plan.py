@@ -34,6 +34,10 @@ from .methods.specs import UNCOMPRESSED_TYPES, resolve_hparams, spec
 
 SELECTION_STUDIES = ("lr_audit", "dive_config", "arrival_variants")
 OWN_JSON_STUDIES = ("efficiency", "frontier")  # studies over their own measurement JSONs, not over runs
+# an experiment's keys (config `experiments.<name>`): its stage, its output dimension, its triplets
+STAGES = ("select", "final")  # select: train on train, score validation queries; final: score test queries
+DIMS = ("primary", "secondary")  # which of the backbone's `dims`
+EXPERIMENT_TRIPLETS = ("default", "doc_disjoint")
 
 
 # --------------------------------------------------------------------------- methods
@@ -587,7 +591,7 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
     for base, values in (selection_settings(config).get("lr_audit") or {}).items():
         if len(values) != 3:
             raise ConfigError(f"config: selection.lr_audit.{base} has {len(values)} candidates; the audit "
-                              f"gives every method exactly three (SPEC section 4)")
+                              f"gives every method exactly three (docs/protocol.md#validation-only-selection)")
 
 
 # --------------------------------------------------------------------------- the default-backbone guard
@@ -1014,7 +1018,7 @@ class Plan:
 # the grammar of every path wildcard (rules/common.smk: wildcard_constraints)
 WILDCARDS = {
     "dataset": paths.NAME, "backbone": paths.NAME, "method": paths.NAME, "zipname": paths.NAME,
-    "experiment": paths.NAME, "k": r"\d+", "seed": r"\d+", "stage": "select|final",
+    "experiment": paths.NAME, "k": r"\d+", "seed": r"\d+", "stage": "|".join(STAGES),
     "negatives": NEGATIVES_WILDCARD, "study": "|".join(SELECTION_STUDIES), "part": paths.PART,
 }
 

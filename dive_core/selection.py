@@ -1,4 +1,4 @@
-"""Picking hyperparameters on validation results (SPEC section 4): a selection study's candidates
+"""Picking hyperparameters on validation results (docs/protocol.md#validation-only-selection): a selection study's candidates
 are scored by their mean validation nDCG@10 over the selection datasets, the best is recorded in a
 selection record (``results/selection/{backbone}/{study}.json``), and final-stage training jobs of
 that backbone apply the pick. A pipeline decision, not a report: no test query is ever read here,

@@ -1,4 +1,4 @@
-"""Query-disjoint train/validation/test splits by the SHA-256 rank rule (SPEC section 2).
+"""Query-disjoint train/validation/test splits by the SHA-256 rank rule (docs/protocol.md#query-disjoint-split).
 
 Stages: ``select`` trains on ``train`` and evaluates on ``validation``; ``final`` trains on
 ``train + validation`` and evaluates on ``test``.

@@ -36,6 +36,9 @@ from .data import sha256_file
 EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".h5": "h5", ".hdf5": "h5"}
 FLOAT_TYPES = ("float16", "float32", "float64")
 ENCODINGS = ("float32", "float16", "int8")
+# Parquet column names when none are given (a `vectors` backbone, a `compress:` entry, dive-compress)
+ID_COLUMN = "id"
+VECTOR_COLUMN = "embedding"
 CHUNK_ROWS = 65536
 
 
@@ -91,7 +94,7 @@ def _ids_text(values: Sequence[Any], path: Path, start: int) -> list[str]:
 class VectorFile:
     """One vector file, opened for reading in row chunks (:meth:`chunks`)."""
 
-    def __init__(self, path: str | os.PathLike, *, id_column: str = "id", vector_column: str = "embedding",
+    def __init__(self, path: str | os.PathLike, *, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
                  group: str | None = None):
         self.path = Path(path)
         self.format = vector_format(self.path)
@@ -264,7 +267,7 @@ class VectorWriter:
     context manager: the file (and a .npy's id list) appears only when every row was written."""
 
     def __init__(self, path: str | os.PathLike, n: int, dim: int, *, encoding: str = "float32",
-                 id_column: str = "id", vector_column: str = "embedding", group: str | None = None,
+                 id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN, group: str | None = None,
                  metadata: Mapping[str, str] | None = None):
         if encoding not in ENCODINGS:
             raise ValueError(f"encoding {encoding!r}: expected one of {ENCODINGS}")
@@ -428,7 +431,7 @@ def open_source(spec: Mapping[str, Any], role: str, dataset: str) -> "VectorFile
 
         with h5py.File(path, "r") as f:
             group = role if role in f and "ids" not in f else None
-    return VectorFile(path, id_column=spec.get("id_column", "id"), vector_column=spec.get("vector_column", "embedding"),
+    return VectorFile(path, id_column=spec.get("id_column", ID_COLUMN), vector_column=spec.get("vector_column", VECTOR_COLUMN),
                       group=group)
 
 

@@ -1,7 +1,7 @@
 """Evaluate an exported model with BEIR's own dense retrieval and evaluator, on the workflow's
 test queries of SciFact (the project's split, not BEIR's official test split):
 
-    BEIR_DATA_DIR=../shared/data/beir .venv/bin/python examples/beir_evaluate.py [EXPORT_DIR]
+    BEIR_DATA_DIR=/path/to/beir .venv/bin/python examples/beir_evaluate.py [EXPORT_DIR]
 
 Compare the printed nDCG@10 with `metrics.ndcg@10` of the run's eval.json.
 """
@@ -19,10 +19,10 @@ from dive_core.splits import eval_queries, role_qrels
 
 run = Path("results/scifact/minilm/dive/k64/final/seed2027")
 folder = sys.argv[1] if len(sys.argv) > 1 else str(run / "export")
-corpus = load_beir(Path(os.environ.get("BEIR_DATA_DIR", "../shared/data/beir")) / "scifact").corpus
+corpus = load_beir(Path(os.environ.get("BEIR_DATA_DIR", "data/beir")) / "scifact").corpus
 manifest = records.read("splits", "results/scifact/splits.json")
 qids = eval_queries(manifest, "final")  # the workflow's test queries
-queries = {q: text for q, text in load_beir(Path(os.environ.get("BEIR_DATA_DIR", "../shared/data/beir"))
+queries = {q: text for q, text in load_beir(Path(os.environ.get("BEIR_DATA_DIR", "data/beir"))
                                             / "scifact").queries.items() if q in set(qids)}
 qrels = role_qrels(manifest, ["test"])
 

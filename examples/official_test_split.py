@@ -2,7 +2,7 @@
 BEIR/MTEB figures use; an external check that the workflow's embeddings are right. Reads the
 workflow's embedding file (it holds every judged query, so the official test queries too):
 
-    BEIR_DATA_DIR=../shared/data/beir .venv/bin/python examples/official_test_split.py DATASET BACKBONE
+    BEIR_DATA_DIR=/path/to/beir .venv/bin/python examples/official_test_split.py DATASET BACKBONE
 
 after `snakemake --cores 2 results/DATASET/BACKBONE/embeddings.h5`. Prints nDCG@10 over the
 official test queries (exact inner-product search over L2-normalised vectors: cosine, as MTEB).
@@ -16,7 +16,7 @@ from dive_core.data import load_beir
 from dive_core.embeddings import read_embeddings
 
 dataset, backbone = sys.argv[1], sys.argv[2]
-root = Path(os.environ.get("BEIR_DATA_DIR", "../shared/data/beir")) / dataset
+root = Path(os.environ.get("BEIR_DATA_DIR", "data/beir")) / dataset
 ds = load_beir(root)
 test = next((t for name, t in ds.qrels.items() if Path(name).stem.startswith("test")), None)
 if test is None:

@@ -33,7 +33,7 @@ queries = model.encode(texts)  # (2, 64)
 print(f"documents {docs.shape}, {docs.nbytes / 2**20:.2f} MiB; queries {queries.shape}")
 scores, rows = index.search(queries, 3)
 titles = {d: doc["title"] for d, doc in
-          load_beir(Path(os.environ.get("BEIR_DATA_DIR", "../shared/data/beir")) / "scifact").corpus.items()}
+          load_beir(Path(os.environ.get("BEIR_DATA_DIR", "data/beir")) / "scifact").corpus.items()}
 for text, s, r in zip(texts, scores, rows):
     print(text)
     for score, row in zip(s, r):

@@ -1,7 +1,7 @@
 """Shared fixtures, and the rule that in CI a skipped test fails the run.
 
 * ``generated_beir``: a local BEIR directory (what ``BEIR_DATA_DIR`` points at) holding the
-  generated collection ``generated-tiny`` (tests/beir_fixture.py) where the registry looks for it.
+  generated collection ``generated-tiny`` (tests/generated.py) where the registry looks for it.
   The end-to-end and BEIR tests run on it, so they never depend on data outside the repository.
 * With ``CI=true`` in the environment, a run in which any test (or module) was skipped exits
   non-zero and lists the skips, unless the test's node id is in ``CI_ALLOWED_SKIPS`` with a
@@ -51,7 +51,7 @@ def generated_beir(tmp_path_factory) -> Path:
     """A local BEIR directory with the generated collection at ``_generated/generated-tiny``."""
     if str(TESTS) not in sys.path:
         sys.path.insert(0, str(TESTS))
-    from beir_fixture import write_beir_dir
+    from dive_core.generated import write_beir_dir
 
     root = tmp_path_factory.mktemp("generated-beir")
     write_beir_dir(root)

@@ -15,7 +15,7 @@ def test_adapter_is_identity_at_init():
 
 
 def test_adapter_parameter_count():
-    # |theta| = d r + r + r d + d (SPEC / paper: 2*4096*2048 + 2048 + 4096 ~ 16.8M)
+    # |theta| = d r + r + r d + d (docs/methods.md#residual-adapter; paper: 2*4096*2048 + 2048 + 4096 ~ 16.8M)
     f = ResidualMLP(4096, 2048)
     assert sum(p.numel() for p in f.parameters()) == 2 * 4096 * 2048 + 2048 + 4096
 

@@ -19,7 +19,7 @@ from synthetic import FAST, make_problem
 torch.set_num_threads(1)
 
 # Learning rates that train in FAST's 15 epochs on the synthetic problem. MRL uses beta = 0.1
-# here: with the SPEC default beta = 1 the L1 reconstruction term (a sum over d coordinates)
+# here: with the default beta = 1 (docs/methods.md#matryoshka-adaptor) the L1 reconstruction term (a sum over d coordinates)
 # pins the adapter to the identity and MRL scores exactly like truncation (see the report).
 HP = {
     "autoencoder": {**FAST, "lr": 5e-3},

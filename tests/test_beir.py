@@ -1,6 +1,6 @@
 """BEIR interoperability: the project's loaders against BEIR's GenericDataLoader, the project's
 metrics against BEIR's EvaluateRetrieval on the same retrieved lists, and an exported model as a
-BEIR dense model. On the generated collection generated-tiny (tests/beir_fixture.py: the official
+BEIR dense model. On the generated collection generated-tiny (tests/generated.py: the official
 layout, CRLF qrels with graded and score-0 rows, queries no qrels row names)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from beir_fixture import SUBDIR
+from dive_core.generated import SUBDIR
 from dive_core.data import load_beir
 from dive_core.metrics import evaluate, mean_metrics
 

@@ -72,7 +72,7 @@ def test_softplus_value_and_gradient_never_zero():
 
 # ---------------------------------------------------------------- NT-Xent over heads
 def ntxent_by_hand(heads, tau):
-    """Literal transcription of SPEC's l(i,h) with Python loops."""
+    """Literal transcription of l(i,h) (docs/methods.md#dive) with Python loops."""
     b, h = len(heads), len(heads[0])
     dot = lambda u, v: sum(x * y for x, y in zip(u, v))  # noqa: E731
     total = 0.0

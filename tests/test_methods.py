@@ -374,7 +374,7 @@ def test_compress_batches_stay_within_their_memory_budget(monkeypatch):
 
 
 def _dive_loss_by_the_equations(f, x, k, H, hp):
-    """DIVE's objective written plainly from SPEC section 3 (full adapter output, boolean masks,
+    """DIVE's objective written plainly from docs/methods.md#dive (full adapter output, boolean masks,
     three separate NT-Xent terms): the reference the method's fused batch_loss is held to."""
     import torch.nn.functional as F
 

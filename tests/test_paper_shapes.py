@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-import beir_fixture
+from dive_core import generated
 
 pytestmark = pytest.mark.workflow
 
@@ -35,7 +35,7 @@ def write_vectors(beir_root: Path, out: Path, d: int = D, seed: int = 0) -> dict
 
     from dive_core.data import load_beir
 
-    ds = load_beir(beir_root / beir_fixture.SUBDIR)
+    ds = load_beir(beir_root / generated.SUBDIR)
     rng = np.random.default_rng(seed)
     doc_ids = list(ds.corpus)[::-1]
     topics = rng.standard_normal((25, d)).astype(np.float32)
@@ -57,7 +57,7 @@ def write_vectors(beir_root: Path, out: Path, d: int = D, seed: int = 0) -> dict
 
 
 def test_the_papers_4096d_shapes_run_every_method_study_and_table(generated_beir, tmp_path):
-    vec = write_vectors(generated_beir, tmp_path / "vectors" / beir_fixture.NAME)
+    vec = write_vectors(generated_beir, tmp_path / "vectors" / generated.NAME)
     config = {
         "backbone": "llm4096",
         "backbones": {"llm4096": {"family": "vectors", "dim": D, "dims": {"primary": 128, "secondary": 256},
@@ -84,7 +84,7 @@ def test_the_papers_4096d_shapes_run_every_method_study_and_table(generated_beir
 
     import h5py
 
-    with h5py.File(work / "results" / beir_fixture.NAME / "llm4096" / "embeddings.h5") as f:
+    with h5py.File(work / "results" / generated.NAME / "llm4096" / "embeddings.h5") as f:
         assert f["corpus/emb"].shape == (500, D) and f.attrs["family"] == "vectors"
         sources = json.loads(f.attrs["sources"])
     assert sources["corpus"]["sha256"] == __import__("dive_core.vectors", fromlist=["x"]).sha256_file(vec["corpus"])
@@ -99,7 +99,7 @@ def test_the_papers_4096d_shapes_run_every_method_study_and_table(generated_beir
     assert {(r["method"], int(r["k"])) for r in runs("secondary")} >= {(m, 256) for m in METHODS if m != "frozen"}
     heads = {r["method"]: r for r in runs("heads")}
     assert set(heads) == {"dive-h2", "dive", "dive-h8", "dive-h16", "dive-h32"}
-    ckpt = work / "results" / beir_fixture.NAME / "llm4096" / "dive-h32" / "k128" / "select" / "seed2027" / "model.pt"
+    ckpt = work / "results" / generated.NAME / "llm4096" / "dive-h32" / "k128" / "select" / "seed2027" / "model.pt"
     from dive_core.methods import Method
 
     m = Method.load(ckpt)

@@ -1,7 +1,7 @@
 """The cluster path for real: profiles/slurm, as shipped, submitting to a one-node SLURM on this
 machine (tools/slurm_localhost.sh; .ci/run starts it before the tests), and the embedding stage
 scattered over jobs (a backbone's `shards:`). On SciFact-tiny (500 documents of the official
-SciFact), so the real-data copy must be there (BEIR_DATA_DIR or ../shared/data/beir).
+SciFact), so the real-data copy must be there (BEIR_DATA_DIR, or the CI machine's copy beside the repository).
 
 Select them with `pytest -k slurm` (the cluster) and `pytest -k shard` (the sharded embedding).
 Where `sbatch` is absent (a laptop) the cluster test skips and says why; in CI a skip fails the

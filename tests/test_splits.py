@@ -1,4 +1,4 @@
-"""Split rule of SPEC section 2: sha256(f"{seed}:{query_id}") rank, floor(0.6n)/floor(0.2n)/rest."""
+"""Split rule (docs/protocol.md#query-disjoint-split): sha256(f"{seed}:{query_id}") rank, floor(0.6n)/floor(0.2n)/rest."""
 
 from __future__ import annotations
 

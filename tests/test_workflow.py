@@ -1,5 +1,5 @@
 """End to end: the Snakemake workflow with config/test.yaml on the generated collection
-generated-tiny (tests/beir_fixture.py, written to a temporary BEIR directory that BEIR_DATA_DIR
+generated-tiny (tests/generated.py, written to a temporary BEIR directory that BEIR_DATA_DIR
 points at; tests/generated-tiny.yaml selects it), run in a temporary working directory."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import beir_fixture
+from dive_core import generated
 from dive_core.provenance import SIMD_FLAGS
 
 pytestmark = pytest.mark.workflow
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.workflow
 REPO = Path(__file__).resolve().parent.parent
 # config/test.yaml (the user-facing smoke run on scifact-tiny), with the dataset switched
 CONFIGS = (str(REPO / "config" / "test.yaml"), str(REPO / "tests" / "generated-tiny.yaml"))
-DS = beir_fixture.NAME  # "generated-tiny"
+DS = generated.NAME  # "generated-tiny"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -397,8 +397,8 @@ def test_a_failed_job_shows_its_real_error_on_the_console(tmp_path, beir):
     import shutil
 
     broken = tmp_path / "beir"
-    shutil.copytree(beir / beir_fixture.SUBDIR, broken / beir_fixture.SUBDIR)
-    corpus = broken / beir_fixture.SUBDIR / "corpus.jsonl"
+    shutil.copytree(beir / generated.SUBDIR, broken / generated.SUBDIR)
+    corpus = broken / generated.SUBDIR / "corpus.jsonl"
     lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)
     lines[2] = '{"_id": "broken", "text": \n'
     corpus.write_text("".join(lines), encoding="utf-8")
@@ -520,7 +520,7 @@ def test_llm2vec_backbone_through_the_workflow(workdir, tmp_path, beir):
     from dive_core import config as dcfg
 
     words = Counter()
-    for line in (beir / beir_fixture.SUBDIR / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (beir / generated.SUBDIR / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
         words.update(re.findall(r"\w+|[^\w\s]+", json.loads(line)["text"]))
     model = build_tiny_llama(tmp_path / "tiny-llama", [w for w, _ in words.most_common(3000)])
     extra = tmp_path / "llm2vec.yaml"

@@ -1,4 +1,4 @@
-"""Autoencoder (unsupervised baseline, SPEC section 3): a non-linear bottleneck trained to
+"""Autoencoder (unsupervised baseline, docs/methods.md#autoencoder): a non-linear bottleneck trained to
 reconstruct the corpus embeddings.
 
     encoder g: d -> hidden -> k     (Linear, ReLU, Linear)
@@ -6,7 +6,7 @@ reconstruct the corpus embeddings.
     L = L_mse = mean_{i,c} (h(g(z_i))_c - z_ic)^2      over the corpus documents (no labels)
     inference: normalise(g(z))
 
-Decisions (SPEC open): the code layer and the decoder output are linear (ReLU only after the
+Decisions (left open by the paper; docs/decisions.md): the code layer and the decoder output are linear (ReLU only after the
 hidden layers, so the k-dimensional code can take any sign and the decoder can reproduce
 negative coordinates); the reconstruction target is the normalised frozen embedding itself and
 the MSE is averaged over items and coordinates; an epoch is one pass over the corpus documents

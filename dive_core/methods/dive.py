@@ -1,5 +1,5 @@
 """DIVE: identity-initialised residual adapter, self-limiting hinge on head 1, head-wise
-multi-positive NT-Xent over H coordinate blocks, Gram geometry distillation (SPEC section 3).
+multi-positive NT-Xent over H coordinate blocks, Gram geometry distillation (docs/methods.md#dive).
 
     zt = f(z) = z + W2 relu(W1 z + b1) + b2          (W2, b2 = 0 at init)
     heads z^[h] = normalise(zt[(h-1)k : hk]),  h = 1..H   (requires k*H <= d)

@@ -1,4 +1,4 @@
-"""Matryoshka-Adaptor (Yoon et al., EMNLP 2024), supervised form (SPEC section 3).
+"""Matryoshka-Adaptor (Yoon et al., EMNLP 2024), supervised form (docs/methods.md#matryoshka-adaptor).
 
     e = f(z) = z + W2 relu(W1 z + b1) + b2      (shared ResidualMLP; identity at init)
     M = {powers of two m with min_prefix <= m <= d} | {k, d}
@@ -9,7 +9,7 @@
       L_rank = mean_{triplets, m in M} (y_p - y_n) softplus(s_n[:m] - s_p[:m]) (MatryoshkaRankLoss)
     inference: normalise(e[:k])
 
-Decisions (SPEC open):
+Decisions (left open by the paper; docs/decisions.md):
 - "The batch's embeddings" for L_pair, L_topk and L_rec are the *distinct* items referenced by
   the batch's triplets: each query row and each document row once (a document that is a
   positive in one triplet and a negative in another, or a query with several triplets, counts
@@ -25,7 +25,7 @@ Decisions (SPEC open):
   epochs (phase ``unsupervised``); stage 2 adds gamma L_rank and trains on the triplets for the
   rest (phase ``supervised``); one epoch budget, as SMEC splits its own. ``joint`` (all four
   terms from the start) was the implementation before the audit.
-- ``l1_reduction`` (default ``mean``): SPEC writes L_rec = mean |e - z|_1. Summed over the d
+- ``l1_reduction`` (default ``mean``): The method's definition writes L_rec = mean |e - z|_1. Summed over the d
   coordinates (``sum``) with the published beta = 1, the L1 pull outweighs every other term
   and the adapter stays the identity: validation nDCG@10 and R@10 are exactly truncation's
   (0.4467 / 0.5724). That cannot be what the authors meant (they report large gains over the

@@ -1,4 +1,4 @@
-"""Search-Adaptor (Yoon et al., ACL 2024), SPEC section 3.
+"""Search-Adaptor (Yoon et al., ACL 2024), docs/methods.md#search-adaptor.
 
     f(x) = x + W2 relu(W1 x + b1) + b2          (shared ResidualMLP for queries and docs; identity at init)
     s(q, d) = cos(f(q)[:k], f(d)[:k])
@@ -8,7 +8,7 @@
       L_pred = mean_{(q, p)} |f(q) - P(f(p))|_1  over the triplets' positive pairs (QueryPredictionLoss)
     inference: normalise(f(x)[:k])
 
-Decisions (SPEC open):
+Decisions (left open by the paper; docs/decisions.md):
 - The query predictor P is a residual MLP like the adapter, ``P(u) = u + V2 relu(V1 u + c1) + c2``
   with width ``predictor_hidden`` and V2, c2 = 0 at init (so P starts as the identity and
   L_pred starts as |q - p|_1, the query/document gap). It works on the full d-dimensional f(.)
@@ -24,7 +24,7 @@ Audit against the publication (docs/decisions.md; ``config/audit.yaml``, table
 validation queries only, 221 of them, 101 ``unseen``). Published: one shared adapter with a skip
 connection, a graded pairwise logistic rank loss on cosines, an L1 recovery term and an L1
 corpus-to-query prediction term with a training-only predictor; alpha and beta are tuned on a
-validation split in the paper (grids {0, 0.1, 1} and {0, 0.01, 0.1}); SPEC fixes 0.1 / 0.01.
+validation split in the paper (grids {0, 0.1, 1} and {0, 0.01, 0.1}); the workflow fixes 0.1 / 0.01 (docs/methods.md#search-adaptor).
 Per term (validation nDCG@10 / unseen nDCG@10):
 
     truncate (no training)              0.4467 / 0.4778
@@ -37,7 +37,7 @@ Per term (validation nDCG@10 / unseen nDCG@10):
 - ``prediction_stop_gradient`` (default false): the paper does not say whether the target f(q)
   carries gradient. Stopping it lowers validation nDCG@10 (0.4637 vs 0.4998) and does not cure
   the unseen collapse, so the target keeps its gradient (the RCD reimplementation does too).
-- ``l1_reduction`` (L_rec and L_pred): ``sum`` = the |.|_1 of SPEC, ``mean`` = per-coordinate
+- ``l1_reduction`` (L_rec and L_pred): ``sum`` = the |.|_1 as written (docs/methods.md#search-adaptor), ``mean`` = per-coordinate
   mean absolute error (sum / d). ``mean`` weakens both regularisers 384-fold and the method falls
   back to its rank loss alone (0.2282): ``sum`` is kept.
 - The collapse on unseen queries is the method's, not the code's: the rank loss alone (whose
@@ -50,7 +50,7 @@ Per term (validation nDCG@10 / unseen nDCG@10):
   the frozen geometry (the L1 terms bound the distance to it, not its neighbourhoods). Each
   regulariser reduces the prior (share 0.64 with both), none removes it. The paper's remedy is
   early stopping on a validation split, which the shared protocol (50 epochs for every adapter,
-  SPEC section 3) does not give any method.
+  docs/methods.md#shared-training-setup) does not give any method.
 
 Logged per epoch (weighted): ``rank``, ``reconstruction`` (alpha L_rec), ``prediction``
 (beta L_pred).

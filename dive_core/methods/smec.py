@@ -1,4 +1,4 @@
-"""SMEC (Zhang et al., EMNLP 2025): Sequential Matryoshka Embedding Compression (SPEC section 3).
+"""SMEC (Zhang et al., EMNLP 2025): Sequential Matryoshka Embedding Compression (docs/methods.md#smec).
 
 Three ingredients: Sequential Matryoshka Representation Learning (SMRL: halve the width one
 stage at a time, earlier stages frozen), Adaptive Dimension Selection (ADS: learnable
@@ -98,7 +98,7 @@ Decisions where the paper is open (each one is tested in tests/test_smec.py):
    ``meta.neighbour_search`` records which path ran. Both give the same neighbours (tested);
    SMEC then trains at 0.82x DIVE's time per epoch. Penalty = mean absolute difference |cos(e_i^w, e_j^w) - cos(z_i, z_j)|
    (the L1 form of Matryoshka-Adaptor's L_topk), weight ``xbm_weight`` (1.0).
-9. Learning rate ``lr`` (5e-6, the paper's setting; SPEC audit grid {1e-6, 5e-6, 1e-5}) is used
+9. Learning rate ``lr`` (5e-6, the paper's setting; audit grid {1e-6, 5e-6, 1e-5}, docs/protocol.md#validation-only-selection) is used
    for every stage's adapter with a fresh AdamW per stage; ``ads_lr`` for its scores (5);
    batch 128 triplets; weight decay 0.01 (adapter only).
 

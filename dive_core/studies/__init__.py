@@ -1,4 +1,4 @@
-"""The study layer (SPEC section 6): one module per study turns result records into a Markdown
+"""The study layer (docs/protocol.md#studies): one module per study turns result records into a Markdown
 table, summary rows (TSV) and one figure (PNG). Every study has the same shape::
 
     study(results: list[dict], ctx: StudyContext) -> StudyOutput

@@ -41,7 +41,7 @@ def dynamics_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                      "first_epoch_rho_below_10pct": ["never" if f is None else f for f in firsts],
                      "rho_last_epoch": sum(last) / len(last)})
     lines += ["", "rho(t) = share of the epoch's triplets with q·p - q·n < m on the first head "
-              "(SPEC section 3); the hinge stops pushing a triplet once it is satisfied."]
+              "(docs/methods.md#dive); the hinge stops pushing a triplet once it is satisfied."]
 
     def figure(path):
         plt = pyplot()

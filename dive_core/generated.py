@@ -1,4 +1,4 @@
-"""A generated retrieval collection in the official BEIR layout, for the end-to-end tests.
+"""A generated retrieval collection in the official BEIR layout: `make smoke`'s data and the end-to-end tests'.
 
 ``write_collection(root)`` writes, from a fixed seed and byte for byte the same on every machine
 and Python version, the dataset ``generated-tiny`` (registered in ``config/datasets.yaml``):
@@ -21,10 +21,10 @@ Its scores mean nothing beyond that.
 Reproducibility: only ``random.Random(seed).random()`` is used (the one generator output Python
 guarantees across versions; ``choice``/``sample``/``shuffle`` are built on it here), nothing
 iterates a set or depends on hashing, JSON is written with fixed separators and key order, lines
-end in ``\\n`` (``\\r\\n`` in the qrels). ``tests/test_beir_fixture.py`` pins the sha256 of every
+end in ``\\n`` (``\\r\\n`` in the qrels). ``tests/test_generated.py`` pins the sha256 of every
 file (``SHA256`` below, also the registry's ``files``, which staging checks).
 
-Run ``python tests/beir_fixture.py DIR`` to write it to ``DIR/_generated/generated-tiny`` (then
+Run ``python -m dive_core.generated DIR`` to write it to ``DIR/_generated/generated-tiny`` (then
 ``BEIR_DATA_DIR=DIR`` for the workflow).
 """
 
@@ -46,7 +46,7 @@ N_JUDGED = 50  # two per topic
 N_UNJUDGED = 6
 CLAIM_WORDS = 3  # per query
 
-# sha256 of the files write_collection writes (tests/test_beir_fixture.py checks them)
+# sha256 of the files write_collection writes (tests/test_generated.py checks them)
 SHA256 = {
     "corpus.jsonl": "9182b2c1ea4cd0c734e88ad2e4ec59961389ddb23a7ee1abc3ed05caca5c06ba",
     "queries.jsonl": "bde4d889e164b5a1d775552dd5d3ccf3390edef8d9aa08301860e17a271d350e",
@@ -241,5 +241,5 @@ def write_beir_dir(beir_dir: str | Path, seed: int = SEED) -> Path:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit(f"usage: python {sys.argv[0]} BEIR_DIR   (writes BEIR_DIR/{SUBDIR})")
+        sys.exit(f"usage: python -m dive_core.generated BEIR_DIR   (writes BEIR_DIR/{SUBDIR})")
     print(write_beir_dir(sys.argv[1]))

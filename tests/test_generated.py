@@ -1,4 +1,4 @@
-"""The generated BEIR-layout collection (tests/beir_fixture.py) the end-to-end tests run on:
+"""The generated BEIR-layout collection (tests/generated.py) the end-to-end tests run on:
 byte-for-byte reproducible (pinned sha256, the same in a fresh interpreter with another hash
 seed), in the official layout, registered, and retrievable."""
 
@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import beir_fixture
+from dive_core import generated
 from dive_core import config as dcfg
 from dive_core.data import load_beir
 
@@ -32,12 +32,12 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def test_generated_twice_gives_the_pinned_bytes(tmp_path):
-    a = beir_fixture.write_collection(tmp_path / "a")
-    b = beir_fixture.write_collection(tmp_path / "b")
-    assert a == b == PINNED == beir_fixture.SHA256
+    a = generated.write_collection(tmp_path / "a")
+    b = generated.write_collection(tmp_path / "b")
+    assert a == b == PINNED == generated.SHA256
     assert tree(tmp_path / "a") == tree(tmp_path / "b")
     assert {k: hashlib.sha256(v).hexdigest() for k, v in tree(tmp_path / "a").items()} == PINNED
-    assert beir_fixture.write_collection(tmp_path / "c", seed=beir_fixture.SEED + 1) != PINNED  # the seed matters
+    assert generated.write_collection(tmp_path / "c", seed=generated.SEED + 1) != PINNED  # the seed matters
 
 
 def test_a_fresh_interpreter_with_other_hash_seeds_writes_the_same_bytes(tmp_path):
@@ -45,22 +45,22 @@ def test_a_fresh_interpreter_with_other_hash_seeds_writes_the_same_bytes(tmp_pat
     for seed in ("0", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
         out = tmp_path / seed
-        subprocess.run([sys.executable, str(REPO / "tests" / "beir_fixture.py"), str(out)], check=True, env=env,
+        subprocess.run([sys.executable, "-m", "dive_core.generated", str(out)], check=True, env=env,
                        capture_output=True, timeout=120)
-        got = {k: hashlib.sha256(v).hexdigest() for k, v in tree(out / beir_fixture.SUBDIR).items()}
+        got = {k: hashlib.sha256(v).hexdigest() for k, v in tree(out / generated.SUBDIR).items()}
         assert got == PINNED, seed
 
 
 def test_registry_entry_stages_it_from_a_local_beir_directory():
     reg = dcfg.load_registry(REPO / "config" / "datasets.yaml")
-    entry = reg[beir_fixture.NAME]
-    assert entry["local_only"] is True and entry["subdir"] == beir_fixture.SUBDIR
+    entry = reg[generated.NAME]
+    assert entry["local_only"] is True and entry["subdir"] == generated.SUBDIR
     assert entry["files"] == PINNED  # staging refuses any other bytes
     assert "url" not in entry and "zip" not in entry
 
 
 def test_official_beir_layout(generated_beir):
-    root = generated_beir / beir_fixture.SUBDIR
+    root = generated_beir / generated.SUBDIR
     assert sorted(tree(root)) == ["corpus.jsonl", "qrels/test.tsv", "queries.jsonl"]
     qrels = (root / "qrels" / "test.tsv").read_bytes()
     assert qrels.startswith(b"query-id\tcorpus-id\tscore\r\n")
@@ -89,7 +89,7 @@ def test_a_bag_of_words_ranking_finds_the_relevant_documents(generated_beir):
     random ranking's. The end-to-end test checks MiniLM on it (frozen, truncate, DIVE > 0.3)."""
     from dive_core.metrics import evaluate, mean_metrics
 
-    ds = load_beir(generated_beir / beir_fixture.SUBDIR)
+    ds = load_beir(generated_beir / generated.SUBDIR)
     tokens = {d: re.findall(r"\w+", ds.doc_text(d).lower()) for d in ds.corpus}
     df = Counter(w for words in tokens.values() for w in set(words))
     idf = {w: math.log(len(tokens) / n) for w, n in df.items()}
