@@ -1,6 +1,6 @@
 # DIVE pipeline: supervised compression of frozen text embeddings, reproduced against its
 # baselines on BEIR. This file only loads and validates the configuration, includes the
-# stages and defines `all`; see README.md for the artifact layout.
+# stages and defines `all`; see docs/layout.md for the artifact layout.
 import copy
 import os
 import sys

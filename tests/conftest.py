@@ -1,7 +1,7 @@
 """Shared fixtures, and the rule that in CI a skipped test fails the run.
 
 * ``generated_beir``: a local BEIR directory (what ``BEIR_DATA_DIR`` points at) holding the
-  generated collection ``generated-tiny`` (tests/generated.py) where the registry looks for it.
+  generated collection ``generated-tiny`` (dive_core/generated.py) where the registry looks for it.
   The end-to-end and BEIR tests run on it, so they never depend on data outside the repository.
 * With ``CI=true`` in the environment, a run in which any test (or module) was skipped exits
   non-zero and lists the skips, unless the test's node id is in ``CI_ALLOWED_SKIPS`` with a

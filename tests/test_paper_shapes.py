@@ -77,7 +77,7 @@ def test_the_papers_4096d_shapes_run_every_method_study_and_table(generated_beir
     work.mkdir()
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
            "--cores", "2", "all", "--configfile", str(REPO / "config" / "test.yaml"),
-           str(REPO / "tests" / "generated-tiny.yaml"), str(tmp_path / "llm4096.yaml")]
+           str(tmp_path / "llm4096.yaml")]
     proc = subprocess.run(cmd, cwd=work, env={**os.environ, "BEIR_DATA_DIR": str(generated_beir)},
                           capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

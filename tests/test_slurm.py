@@ -29,7 +29,7 @@ PROFILE = REPO / "profiles" / "slurm"
 TARGET = "results/scifact-tiny/minilm/dive/k64/final/seed2027/per_query.tsv"
 EMBEDDINGS = "results/scifact-tiny/minilm/embeddings.h5"
 THREE_SHARDS = "backbones={minilm: {shards: 3}}"
-CPU_ONLY = "gpu=0"  # the documented switch for a cluster without GPUs (README "Running on a cluster")
+CPU_ONLY = "gpu=0"  # the documented switch for a cluster without GPUs (docs/cluster.md)
 
 
 def beir_env() -> dict:
@@ -41,7 +41,7 @@ def beir_env() -> dict:
 
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--configfile", str(REPO / "config" / "test.yaml"), *args]
+            "--configfile", str(REPO / "config" / "test.yaml"), str(REPO / "tests" / "scifact-tiny.yaml"), *args]
 
 
 def run(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
