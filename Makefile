@@ -40,11 +40,16 @@ $(STAMP): $(LOCK) pyproject.toml
 	@$(PYTHON) -c '$(PY311)'
 	@if [ ! -x $(BIN)/python ]; then $(PYTHON) -m venv $(VENV); fi
 	@$(BIN)/python -c '$(PY311)'
+	# torch first, from PyTorch's CPU index, when pip does not find the pinned wheel by itself: only torch
+	# comes from there (every other package from PyPI), checked against the lock's sha256
+	@if ! $(BIN)/python -m pip install --disable-pip-version-check --dry-run --quiet --ignore-installed --no-deps \
+	    --no-index '$(TORCH_PIN)' >/dev/null 2>&1; then \
+	  echo "pip does not find $(TORCH_PIN) by itself: installing it from PyTorch's CPU index $(TORCH_INDEX)"; \
+	  awk '/^torch==/{p=1} p{print} p && !/\\$$/{exit}' $(LOCK) > $(VENV)/torch-requirement.txt; \
+	  set -x; $(BIN)/python -m pip install --disable-pip-version-check --require-hashes --no-deps \
+	    --index-url $(TORCH_INDEX) -r $(VENV)/torch-requirement.txt; fi
 	# every package from the lock, each file checked against its sha256 (torch: the $(TORCH_PIN) wheel only)
-	@if $(BIN)/python -m pip install --disable-pip-version-check --dry-run --quiet --ignore-installed --no-deps \
-	    --no-index '$(TORCH_PIN)' >/dev/null 2>&1; then src=""; else src="--extra-index-url $(TORCH_INDEX)"; \
-	  echo "pip does not find $(TORCH_PIN) locally: adding PyTorch's CPU index ($(TORCH_INDEX))"; fi; \
-	  set -x; $(BIN)/python -m pip install --disable-pip-version-check --require-hashes -r $(LOCK) $$src
+	$(BIN)/python -m pip install --disable-pip-version-check --require-hashes -r $(LOCK)
 	# dive_core importable from anywhere in the venv (exported sentence-transformers models load it)
 	$(BIN)/python -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check --disable-pip-version-check
