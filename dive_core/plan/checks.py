@@ -1,0 +1,123 @@
+"""The semantic checks of an expanded config before any job starts (:func:`check`): names that
+must exist elsewhere, every method's hyperparameters at each dimension it runs at, the vectors
+backbones, the selection."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from .. import paths
+from ..config import ConfigError
+from ..methods.specs import spec
+from .experiments import defined_backbone, enabled_experiments, experiment
+from .grammar import SELECTION_STUDIES
+from .methods import method_hparams, method_k, method_type
+from .selection import selection_reference, selection_settings, selection_study
+
+
+# --------------------------------------------------------------------------- checks
+VECTORS = "vectors"  # the backbone family that reads embeddings from files (dive_core.vectors)
+VECTOR_KEYS = ("corpus", "queries", "id_column", "vector_column", "sha256")
+
+
+def check_vectors_backbone(name: str, bb: Mapping, datasets: Iterable[str]) -> None:
+    """A ``family: vectors`` backbone: files, not a model; one ingest job per dataset; a path shared
+    by several datasets must hold ``{dataset}``, and a pinned sha256 is per file."""
+    other = [k for k in ("model", "base_model", "source", "shards", "peft_model") if k in bb]
+    if other:
+        raise ConfigError(f"config: backbones.{name}: {other} do not apply to a backbone of family {VECTORS!r} "
+                          "(its vectors come from the files corpus: and queries:, ingested in one job)")
+    from ..vectors import VectorFileError, vector_format
+
+    datasets = list(datasets)
+    for role in ("corpus", "queries"):
+        path = str(bb[role])
+        if "{" in path.replace("{dataset}", ""):
+            raise ConfigError(f"config: backbones.{name}.{role} = {path!r}: the only placeholder is {{dataset}}")
+        if len(datasets) > 1 and "{dataset}" not in path:
+            raise ConfigError(f"config: backbones.{name}.{role} = {path!r} names one file for the datasets "
+                              f"{datasets}; put {{dataset}} in the path")
+        try:
+            vector_format(path)
+        except VectorFileError as exc:
+            raise ConfigError(f"config: backbones.{name}.{role}: {exc}") from None
+        pin = (bb.get("sha256") or {}).get(role)
+        if isinstance(pin, str) and "{dataset}" in path and len(datasets) > 1:
+            raise ConfigError(f"config: backbones.{name}.sha256.{role} is one sha256 for a file per dataset; give "
+                              "a mapping dataset -> sha256")
+
+
+def check_method(config: Mapping, mname: str, d: int, k: int, where: str) -> None:
+    """Check a method as its jobs will build it (d, k, resolved hyperparameters): every value's
+    type and range (a value given on the command line as a string, such as heads: '7', is
+    refused, not multiplied), DIVE's k*H <= d. Errors name the key."""
+    hp = method_hparams(config, mname)
+    try:
+        spec(method_type(config, mname)).validate(d, k, hp)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"config: methods.{mname} ({where}, d = {d}, k = {k}): {exc}") from None
+
+
+def check(config: Mapping, registry: Mapping[str, dict]) -> None:
+    """Raise :class:`ConfigError` naming the offending key: names that must exist elsewhere,
+    every method's hyperparameters and values at each dimension it runs at, the selection."""
+    for i, ds in enumerate(config["datasets"]):
+        if ds not in registry:
+            raise ConfigError(f"config: datasets[{i}] = {ds!r} is not in the dataset registry "
+                              f"({config.get('dataset_registry')}); known: {sorted(registry)}")
+    defined_backbone(config, config["backbone"], "backbone")
+    fr = config["split"]["fractions"]
+    if abs(sum(fr) - 1.0) > 1e-9:
+        raise ConfigError(f"config: split.fractions {fr} must sum to 1")
+    for bname, bb in config["backbones"].items():
+        for which, k in bb["dims"].items():
+            if k > bb["dim"]:
+                raise ConfigError(f"config: backbones.{bname}.dims.{which} = {k} exceeds dim {bb['dim']}")
+        if bb["family"] == VECTORS:  # every dataset a run may use
+            used = list(config["datasets"]) + list(selection_settings(config)["datasets"]) + [
+                ds for exp in (config.get("experiments") or {}).values() for ds in (exp or {}).get("datasets") or []]
+            check_vectors_backbone(bname, bb, dict.fromkeys(used))
+        elif any(k in bb for k in VECTOR_KEYS):
+            raise ConfigError(f"config: backbones.{bname}: {sorted(k for k in VECTOR_KEYS if k in bb)} belong to a "
+                              f"backbone of family {VECTORS!r}, not {bb['family']!r}")
+        if "source" in bb and bb.get("model") != paths.model_dir(bname):
+            raise ConfigError(f"config: backbones.{bname}.model = {bb.get('model')!r}: a backbone with source: is "
+                              f"fetched by rule fetch_model into {paths.model_dir(bname)!r}; "
+                              "set model: to that folder")
+    for ename, exp in (config.get("experiments") or {}).items():
+        for i, m in enumerate(exp.get("methods", [])):
+            if m not in config["methods"]:
+                raise ConfigError(f"config: experiments.{ename}.methods[{i}] = {m!r} is not defined under methods")
+        for m in exp.get("method_seeds") or {}:
+            if m not in exp.get("methods", []):
+                raise ConfigError(f"config: experiments.{ename}.method_seeds.{m}: {m!r} is not one of the "
+                                  f"experiment's methods {exp.get('methods', [])}")
+        for i, ds in enumerate(exp.get("datasets", []) or []):
+            if ds not in registry:
+                raise ConfigError(f"config: experiments.{ename}.datasets[{i}] = {ds!r} is not in the dataset registry")
+    for mname in config["methods"]:
+        try:
+            method_hparams(config, mname)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(str(exc).strip("'\"")) from None
+        selection_study(config, mname)
+    for study in SELECTION_STUDIES:
+        selection_reference(config, study)
+    for ename in enabled_experiments(config):
+        exp = experiment(config, ename)
+        if exp["study"] == "efficiency":
+            continue  # times config `efficiency.method` against frozen
+        if not exp["methods"]:
+            raise ConfigError(f"config: experiments.{ename} has no methods")
+        for bname in exp["backbones"]:  # each defined (experiment_backbones)
+            d = int(config["backbones"][bname]["dim"])
+            for mname in exp["methods"]:
+                check_method(config, mname, d, method_k(config, bname, mname, exp["dim"]),
+                             f"experiments.{ename}, backbone {bname} at its {exp['dim']} dimension")
+    from ..compress import check_config as check_compress
+
+    check_compress(config)
+    for base, values in (selection_settings(config).get("lr_audit") or {}).items():
+        if len(values) != 3:
+            raise ConfigError(f"config: selection.lr_audit.{base} has {len(values)} candidates; the audit "
+                              f"gives every method exactly three (docs/protocol.md#validation-only-selection)")

@@ -1,0 +1,115 @@
+"""The studies (``experiments.<name>``) with their defaults, their backbones, the runs of each,
+the runs behind the headline results and the efficiency and frontier studies, and the titles
+of the study tables."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from ..config import ConfigError
+from .grammar import OWN_JSON_STUDIES
+from .methods import method_k
+
+
+# --------------------------------------------------------------------------- studies and runs
+def experiment(config: Mapping, name: str) -> dict:
+    """An experiment with its defaults filled in: all configured datasets and seeds, the
+    ``final`` stage (test queries), the ``primary`` dimension, the default backbone, study
+    ``main``."""
+    exps = config.get("experiments") or {}
+    if name not in exps:
+        raise ConfigError(f"config: no experiment {name!r} under experiments: (have {sorted(exps)})")
+    exp = dict(exps[name])
+    exp.setdefault("study", "main")
+    exp.setdefault("datasets", list(config["datasets"]))
+    exp.setdefault("seeds", list(config["seeds"]))
+    exp.setdefault("stage", "final")
+    exp.setdefault("dim", "primary")
+    exp.setdefault("enabled", True)
+    exp.setdefault("methods", [])
+    exp["backbones"] = experiment_backbones(config, name, exp)
+    return exp
+
+
+def experiment_backbones(config: Mapping, name: str, exp: Mapping) -> list[str]:
+    """An experiment's ``backbones`` (default: ``[backbone]``), each defined under ``backbones:``;
+    an unknown one is refused, naming its key."""
+    if not exp.get("backbones"):
+        return [defined_backbone(config, config["backbone"], "backbone")]
+    return [defined_backbone(config, b, f"experiments.{name}.backbones:") for b in exp["backbones"]]
+
+
+def defined_backbone(config: Mapping, backbone: str, where: str) -> str:
+    """``backbone`` if it is defined under ``backbones:``; else a ConfigError that names ``where``."""
+    if backbone not in config["backbones"]:
+        raise ConfigError(f"config: {where} {backbone!r} is not defined under backbones")
+    return backbone
+
+
+def enabled_experiments(config: Mapping) -> list[str]:
+    return [n for n in (config.get("experiments") or {}) if experiment(config, n)["enabled"]]
+
+
+def experiment_runs(config: Mapping, name: str) -> list[dict]:
+    """The (dataset, backbone, method, k, stage, seed) runs of an experiment; none for a study over
+    its own measurement JSONs (efficiency, frontier)."""
+    exp = experiment(config, name)
+    if exp["study"] in OWN_JSON_STUDIES:
+        return []
+    return [dict(dataset=ds, backbone=bb, method=m, k=method_k(config, bb, m, exp["dim"]),
+                 stage=exp["stage"], seed=seed)
+            for bb in exp["backbones"] for ds in exp["datasets"] for m in exp["methods"]
+            for seed in method_seeds(exp, m)]
+
+
+def method_seeds(exp: Mapping, method: str) -> list[int]:
+    """The seeds of ``method`` in an experiment (with its defaults): ``method_seeds.<method>``, else ``seeds``."""
+    return list((exp.get("method_seeds") or {}).get(method, exp["seeds"]))
+
+
+def headline_run(config: Mapping, dataset: str, method: str, seed: int | str) -> dict:
+    """The run behind ``results/{dataset}/{method}/seed{seed}.json``: default backbone, final stage
+    (test queries), primary dimension (full dimension for frozen)."""
+    bb = config["backbone"]
+    return dict(dataset=dataset, backbone=bb, method=method, k=method_k(config, bb, method, "primary"),
+                stage="final", seed=seed)
+
+
+def efficiency_runs(config: Mapping, backbone: str) -> list[tuple[str, int]]:
+    """``[(method, k)]`` the efficiency study times: frozen at full dimension, then
+    ``efficiency.method`` at the secondary and the primary dimension."""
+    bb = config["backbones"][backbone]
+    runs = [("frozen", int(bb["dim"]))]
+    for which in ("secondary", "primary"):
+        if which in bb["dims"]:
+            runs.append((config["efficiency"]["method"], int(bb["dims"][which])))
+    return runs
+
+
+def frontier_runs(config: Mapping, backbone: str) -> list[tuple[str, int]]:
+    """``[(method, k)]``: every method of the frontier study at each of its dimensions (frozen: full)."""
+    runs = []
+    for m in experiment(config, "frontier")["methods"]:
+        for which in ("primary", "secondary"):
+            k = method_k(config, backbone, m, which)
+            if (m, k) not in runs:
+                runs.append((m, k))
+    return runs
+
+
+def dataset_groups(registry: Mapping[str, Mapping], datasets: Iterable[str]) -> dict[str, str]:
+    """dataset -> its group (CQADupStack's communities average first), itself when ungrouped."""
+    return {ds: registry[ds].get("group", ds) for ds in datasets}
+
+
+def experiment_title(config: Mapping, name: str) -> str:
+    """A study table's title: which queries (or logs) it reads, the backbones, the dimension."""
+    exp = experiment(config, name)
+    if exp["study"] in OWN_JSON_STUDIES:
+        return f"{name}: {exp.get('description', exp['study'])}"
+    if exp["study"] == "dynamics":  # read from train logs: no query is evaluated
+        role = "final-stage training logs" if exp["stage"] == "final" else "select-stage training logs"
+    else:
+        role = "held-out test queries" if exp["stage"] == "final" else "validation queries"
+    return f"{name}: {role}, backbone {', '.join(exp['backbones'])}, {exp['dim']} dimension" + (
+        f" - {exp['description']}" if exp.get("description") else "")
