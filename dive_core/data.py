@@ -31,6 +31,8 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 from . import records
 from .atomic import atomic_path
+from .hashing import sha256_bytes, sha256_file  # noqa: F401  (sha256_file: re-exported)
+from .splits import split_ids
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +52,6 @@ class ChecksumError(DataError):
 
 
 # --------------------------------------------------------------------------- hashing
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_decompressed(path: Path) -> bytes:
@@ -820,8 +810,6 @@ def check_collection(root: str | os.PathLike, limit: int = CHECK_LIMIT,
     if zero_only:
         report.notes.append(f"{zero_only} judged queries have no relevant document (score > 0); "
                             "they are not used")
-    from .splits import split_ids  # here: splits imports this module
-
     roles = split_ids(relevant, 0, fractions)
     sizes = ", ".join(f"{r} {len(ids)}" for r, ids in roles.items())
     report.counts.append(f"queries with a relevant document (score > 0) in any qrels file: "
