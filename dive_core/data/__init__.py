@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from . import records
-from .atomic import atomic_path
-from .hashing import sha256_bytes, sha256_file  # noqa: F401  (sha256_file: re-exported)
-from .splits import split_ids
+from .. import records
+from ..atomic import atomic_path
+from ..hashing import sha256_bytes, sha256_file  # noqa: F401  (sha256_file: re-exported)
+from ..splits import split_ids
 
 log = logging.getLogger(__name__)
 
@@ -857,7 +857,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = check_collection(args.dir, args.limit, fr)
     print("\n".join(report.lines()), flush=True)
     return 0 if report.ok else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
