@@ -16,16 +16,7 @@ from typing import Mapping
 from .. import records
 from ..atomic import atomic_path
 from ..hashing import sha256_bytes
-from .load import (
-    CORPUS,
-    QUERIES,
-    BeirDataset,
-    ChecksumError,
-    DataError,
-    dataset_files,
-    load_beir,
-    read_decompressed,
-)
+from .load import CORPUS, QUERIES, BeirDataset, ChecksumError, DataError, dataset_files, load_beir, read_decompressed
 
 LOCAL_MODES = ("link", "copy")  # config `beir_local_mode`: how a local BEIR copy is staged
 
