@@ -8,7 +8,8 @@ paths       every artifact path template and the grammar of the path wildcards
 records     every file one job writes and another reads: versioned formats, writers, readers
 resources   the scheduler's memory / runtime model of each job
 atomic      crash-safe file writes (temporary file + rename)
-data        BEIR download, staging and strict loaders with source fingerprints
+hashing     sha256 of bytes and files (imports nothing of dive_core)
+data        BEIR download, staging and strict loaders with source fingerprints; the collection checker
 splits      the SHA-256 rank split rule and split manifests
 backbones   frozen encoders (MiniLM via sentence-transformers, LLM2Vec)
 vectors     vector files (Parquet, .npy + ids, HDF5) in row chunks; the `vectors` backbone's ingest

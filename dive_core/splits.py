@@ -9,9 +9,12 @@ from __future__ import annotations
 import hashlib
 import math
 from fractions import Fraction
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from .data import BeirDataset, sha256_file
+from .hashing import sha256_file
+
+if TYPE_CHECKING:  # annotations only: the data package imports this module (its collection check)
+    from .data import BeirDataset
 
 ROLES = ("train", "validation", "test")
 STAGES = {
