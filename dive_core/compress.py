@@ -48,12 +48,11 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from . import records
 from .atomic import atomic_path
 from .vectors import (CHUNK_ROWS, ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFile, VectorFileError, VectorWriter,
                       h5_sets, ids_path, meta_path, open_vectors, vector_format)
 
-FORMAT = "dive-compressed/1"
-META_KEY = "dive_compressed"  # the file metadata key (Parquet schema, HDF5 emb attrs) holding the JSON record
 MIN_BATCH = 64  # rows of the smallest compute batch: below ~12, BLAS takes other kernels (other last bits)
 COMPUTE_BYTES = 128 << 20  # float32 intermediates of one compute chunk (input, hidden layers, output)
 WRITE_BYTES = 16 << 20  # one written block of output rows (a Parquet row group)
@@ -271,19 +270,10 @@ def _check_output(output: Path, sets: Sequence[VectorFile]) -> str:
     return fmt
 
 
-def record(method_prov: Mapping[str, Any], vf: VectorFile, encoding: str) -> dict:
-    """The ``dive_compressed`` metadata record of one output vector set (no time, no path: the CLI
-    and a gathered workflow output carry the same record)."""
-    return {"format": FORMAT, "encoding": encoding, "compressor": dict(method_prov),
-            "input": {"file": vf.path.name, "group": vf.group, "n": int(vf.n), "dim": int(vf.dim),
-                      "dtype": vf.dtype},
-            "normalisation": "input rows L2-normalised, compressed, output rows L2-normalised (Method.compress)"}
-
-
 @dataclass
 class OutSet:
-    """One vector set to write: its group (HDF5), rows, dimension, blocks of float32 rows, record,
-    and SQ8 ranges (int8 only)."""
+    """One vector set to write: its group (HDF5), rows, dimension, blocks of float32 rows, record
+    (:func:`dive_core.records.compressed`), and SQ8 ranges (int8 only)."""
 
     group: str | None
     n: int
@@ -294,7 +284,7 @@ class OutSet:
 
 
 def _write_one(path: Path, s: OutSet, encoding: str, id_column: str, group: str | None) -> None:
-    meta = {META_KEY: json.dumps(s.record, sort_keys=True)}  # a .npy gets it in <name>.meta.json beside it
+    meta = records.compressed_metadata(s.record)
     with VectorWriter(path, s.n, s.k, encoding=encoding, id_column=id_column, group=group, metadata=meta) as w:
         for ids, y in s.blocks:
             w.write(ids, sq8_encode(y, *s.ranges) if encoding == "int8" else y)
@@ -383,16 +373,15 @@ def compress_part(model, input: str | Path, part_dir: str | Path, part: str | No
             for j, (vf, (a, b)) in enumerate(zip(sets, spans)):
                 lo = np.full(method.k, np.inf, dtype=np.float32)
                 hi = np.full(method.k, -np.inf, dtype=np.float32)
-                meta = {"part": part, "start": a, "stop": b, "n": vf.n, "group": vf.group, "weights_sha256": weights}
                 with VectorWriter(tmp / SPOOL_SET.format(j), b - a, method.k) as w:
                     for ids, y in compressed_chunks(method, vf, a, b, rows, bar):
                         w.write(ids, y)
                         if len(y):
                             np.minimum(lo, y.min(axis=0), out=lo)
                             np.maximum(hi, y.max(axis=0), out=hi)
-                with open(tmp / (SPOOL_SET.format(j) + ".json"), "w", encoding="utf-8") as fh:
-                    json.dump({**meta, "vmin": _floats(lo) if b > a else None,
-                               "vmax": _floats(hi) if b > a else None}, fh)
+                records.write_compress_part(tmp / (SPOOL_SET.format(j) + ".json"), part=part, start=a, stop=b, n=vf.n,
+                                            group=vf.group, weights_sha256=weights,
+                                            vmin=_floats(lo) if b > a else None, vmax=_floats(hi) if b > a else None)
         shutil.rmtree(part_dir, ignore_errors=True)
         tmp.replace(part_dir)
     except BaseException:
@@ -403,8 +392,8 @@ def compress_part(model, input: str | Path, part_dir: str | Path, part: str | No
 
 def _part_meta(part_dir: Path, j: int) -> dict:
     try:
-        return json.loads((part_dir / (SPOOL_SET.format(j) + ".json")).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        return records.read_compress_part(part_dir / (SPOOL_SET.format(j) + ".json"))
+    except (OSError, ValueError) as exc:  # records.RecordError and json's errors are ValueErrors
         raise CompressError(f"{part_dir}: not a complete compress part ({exc})") from None
 
 
@@ -432,17 +421,15 @@ def gather(model, input: str | Path, parts: Sequence[str | Path], output: str | 
             pos = m["stop"]
         if pos != vf.n:
             raise CompressError(f"{parts[-1] if parts else input}: the parts end at row {pos} of {vf.n}")
-        rec = record(prov, vf, encoding)
-        ranges = None
+        ranges = sq8 = None
         if encoding == "int8":
             mins = [m["vmin"] for m in metas if m["vmin"] is not None]
             maxs = [m["vmax"] for m in metas if m["vmax"] is not None]
             vmin = np.min(np.asarray(mins, np.float32), axis=0) if mins else np.zeros(method.k, np.float32)
             vmax = np.max(np.asarray(maxs, np.float32), axis=0) if maxs else np.zeros(method.k, np.float32)
             ranges = sq8_ranges(vmin, vmax)
-            rec["sq8"] = {"vmin": _floats(ranges[0]), "vdiff": _floats(ranges[1]),
-                          "faiss": "ScalarQuantizer QT_8bit, RS_minmax over every row of the input",
-                          "decode": "vmin + (stored + 128 + 0.5) / 255 * vdiff"}
+            sq8 = (_floats(ranges[0]), _floats(ranges[1]))
+        rec = records.compressed(prov, vf, encoding, sq8)
         files = [open_vectors(p / SPOOL_SET.format(j)) for p in parts]
         blocks = chain.from_iterable(f.chunks(write_rows(method.k)) for f in files)
         out_sets.append(OutSet(vf.group, vf.n, method.k, blocks, rec, ranges))
@@ -481,7 +468,7 @@ def compress_file(model, input: str | Path, output: str | Path, encoding: str = 
     with _bar(sum(vf.n for vf in sets), "compress", progress) as bar:
         out_sets = [OutSet(vf.group, vf.n, method.k,
                            rechunk(compressed_chunks(method, vf, 0, vf.n, rows, bar), write_rows(method.k)),
-                           record(prov, vf, encoding))
+                           records.compressed(prov, vf, encoding))
                     for vf in sets]
         return write_output(output, out_sets, encoding, id_column)
 
@@ -501,9 +488,10 @@ def read_metadata(path: str | Path, group: str | None = None) -> dict:
     path = Path(path)
     vf = _one_set(path, group)
     try:
-        return json.loads(vf.meta[META_KEY])
+        return records.read_compressed_metadata(vf.meta)
     except (OSError, KeyError, json.JSONDecodeError, TypeError):
-        raise CompressError(f"{_where(vf)}: no {META_KEY} metadata: not written by dive-compress") from None
+        key = records.COMPRESSED_META_KEY
+        raise CompressError(f"{_where(vf)}: no {key} metadata: not written by dive-compress") from None
 
 
 def decode_chunks(path: str | Path, group: str | None = None, rows: int = CHUNK_ROWS,
