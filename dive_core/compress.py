@@ -653,8 +653,9 @@ def job_inputs(config: Mapping[str, Any], name: str, ext: str | None = None) -> 
     from .config import ConfigError
 
     e = entry(config, name)
-    if ext is not None and paths.compressed_path(name, e["input"]) != paths.COMPRESSED.format(name=name, ext=ext):
-        raise ConfigError(f"results/compressed/{name}.{ext}: compress.{name} reads {e['input']}; its output is "
+    asked = None if ext is None else paths.COMPRESSED.format(name=name, ext=ext)
+    if asked is not None and paths.compressed_path(name, e["input"]) != asked:
+        raise ConfigError(f"{asked}: compress.{name} reads {e['input']}; its output is "
                           f"{paths.compressed_path(name, e['input'])}")
     vectors = [e["input"]] + ([str(ids_path(e["input"]))] if vector_format(e["input"]) == "npy" else [])
     return {"model": e["model"], "vectors": vectors}
