@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import struct
 import sys
@@ -50,6 +49,7 @@ import numpy as np
 
 from . import records
 from .atomic import atomic_path
+from .resources import compress_resources as job_resources  # noqa: F401  (the model lives in dive_core.resources)
 from .vectors import (CHUNK_ROWS, ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFile, VectorFileError, VectorWriter,
                       h5_sets, ids_path, meta_path, open_vectors, vector_format)
 
@@ -668,16 +668,6 @@ def part_dirs(config: Mapping[str, Any], name: str) -> list[str]:
     shards = int(entry(config, name)["shards"])
     return [] if shards <= 1 else [paths.COMPRESS_PART.format(name=name, shard=p)
                                    for p in paths.compress_part_names(shards)]
-
-
-def job_resources(input_mb: float, model_mb: float, shards: int = 1, attempt: int = 1) -> dict:
-    """``{"mem_mb", "runtime"}`` of a compress job: memory is bounded by the chunking (the
-    interpreter, torch, the compressor and one chunk; not the file), wall time grows with the input
-    one job reads (minutes: 15 + 10 per GB of input, a conservative CPU rate). Each retry asks
-    for 50% more."""
-    grow = 1.0 + 0.5 * (max(int(attempt), 1) - 1)
-    return {"mem_mb": math.ceil((2000 + 4 * model_mb) * grow),
-            "runtime": math.ceil((15 + 10 * input_mb / 1024 / max(1, int(shards))) * grow)}
 
 
 # --------------------------------------------------------------------------- the command

@@ -90,10 +90,8 @@ rule compress_index:
     conda:
         "../envs/train-gpu.yaml"  # faiss
     resources:
-        mem_mb=1500,
-        runtime=lambda wc, input, attempt: dcompress.job_resources(
-            sum(resources.data_mb(list(input)) or (0, 0)), 0, 1, attempt
-        )["runtime"],
+        mem_mb=compress_index_resource("mem_mb"),
+        runtime=compress_index_resource("runtime"),
     script:
         "../workflow_scripts/compress.py"
 
