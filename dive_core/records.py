@@ -585,7 +585,7 @@ def run_key(record: Mapping[str, Any]) -> tuple:
 
 # --------------------------------------------------------------------------- files for use outside the workflow
 COMPRESSED_FORMAT = "dive-compressed/1"
-COMPRESSED_META_KEY = "dive_compressed"  # the file metadata key (Parquet schema, HDF5 emb attrs) holding the JSON record
+COMPRESSED_META_KEY = "dive_compressed"  # the metadata key (Parquet schema, HDF5 emb attrs) holding the JSON record
 COMPRESSED_FIELDS = ("format", "encoding", "compressor", "input", "normalisation")  # and sq8 (int8)
 # a compress part's range file, beside its float32 spool: its rows of the input and their per-coordinate range
 COMPRESS_PART_FIELDS = ("part", "start", "stop", "n", "group", "weights_sha256", "vmin", "vmax")
