@@ -32,21 +32,10 @@ from typing import Any, Mapping
 import torch
 
 from . import records
-from .atomic import atomic_open
 from .methods import Method, method_class
 
-FORMAT = "dive-compressor/2"  # /1 had no config_sha256
-CONFIG = "config.json"
+CONFIG = "config.json"  # records.compressor_config: format records.COMPRESSOR_FORMAT
 WEIGHTS = "model.safetensors"
-DEFINING = ("format", "type", "d", "k", "seed", "hparams", "state_sha256")  # what config_sha256 covers
-
-
-def config_sha256(config: Mapping[str, Any]) -> str:
-    """sha256 of what defines the compressor in ``config.json`` (not its provenance): a hand-edited
-    k, d, type or hyperparameter is refused, also for a compressor without weights (truncate)."""
-    import hashlib
-
-    return hashlib.sha256(json.dumps({k: config[k] for k in DEFINING}, sort_keys=True).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- compressor alone
@@ -59,12 +48,9 @@ def save_compressor(method: Method, out_dir: str | Path, provenance: Mapping[str
     tmp = out / (WEIGHTS + ".tmp")
     save_file(state, str(tmp))
     tmp.replace(out / WEIGHTS)
-    config = {"format": FORMAT, "type": method.type, "d": method.d, "k": method.k, "seed": method.seed,
-              "hparams": dict(method.hp), "state_sha256": method.state_sha256(),
-              "provenance": dict(provenance or {})}
-    config["config_sha256"] = config_sha256(config)
-    with atomic_open(out / CONFIG, "w", encoding="utf-8") as fh:
-        json.dump(config, fh, indent=2, sort_keys=True, default=str)
+    config = records.compressor_config(type=method.type, d=method.d, k=method.k, seed=method.seed, hparams=method.hp,
+                                       state_sha256=method.state_sha256(), provenance=provenance)
+    records.write_compressor_config(out / CONFIG, config)
     return out
 
 
@@ -83,16 +69,14 @@ def load_compressor(path: str | Path, device: str = "cpu") -> Method:
             continue
         except json.JSONDecodeError as exc:
             raise ValueError(f"{cand / CONFIG}: invalid JSON: {exc}") from None
-        if isinstance(config, dict) and config.get("format") == FORMAT:
+        if isinstance(config, dict) and config.get("format") == records.COMPRESSOR_FORMAT:
             found = cand
             break
     if found is None:
-        raise FileNotFoundError(f"{p}: no {FORMAT} compressor here (expected {CONFIG} with format {FORMAT!r} "
-                                f"in it or in {p / 'compressor'})")
+        raise FileNotFoundError(f"{p}: no {records.COMPRESSOR_FORMAT} compressor here (expected {CONFIG} with format "
+                                f"{records.COMPRESSOR_FORMAT!r} in it or in {p / 'compressor'})")
     p = found
-    if config.get("config_sha256") != config_sha256(config):
-        raise ValueError(f"{p / CONFIG}: its type, dimensions or hyperparameters do not match the recorded "
-                         "config_sha256 (edited by hand?); export the checkpoint again")
+    records.check_compressor_config(config, p / CONFIG)
     m = method_class(config["type"])(int(config["d"]), int(config["k"]), config["hparams"], int(config["seed"]),
                                      device)
     m.load_state_dict(load_file(str(p / WEIGHTS), device=device))

@@ -72,11 +72,25 @@ def part_names(shards: int) -> list[str]:
 # ---- compressed vector files (dive_core.compress, rules/compress.smk) --------------------------
 # `compress:` entry <name> -> its input's vectors through a trained compressor, in the input's format
 # (a .npy comes with <name>.ids.txt and <name>.meta.json beside it)
-COMPRESSED = "results/compressed/{name}.{ext}"
+COMPRESSED_STEM = "results/compressed/{name}"  # then the extension(s) of each file
+COMPRESSED = COMPRESSED_STEM + ".{ext}"
 COMPRESSED_EXT = r"parquet|pq|h5|hdf5"  # {ext} of a one-file output (a .npy has its own rule: 3 files)
-COMPRESSED_INDEX = "results/compressed/{name}.faiss"  # its FAISS index (the entry's `faiss: true`)
-COMPRESS_PART = "results/compressed/{name}.parts/{shard}"  # temporary: one row range of a sharded entry
+COMPRESSED_NPY_EXTS = (".npy", ".ids.txt", ".meta.json")  # a .npy output: matrix, ids, metadata (dive_core.vectors)
+COMPRESSED_INDEX = COMPRESSED_STEM + ".faiss"  # its FAISS index (the entry's `faiss: true`)
+COMPRESS_PART = COMPRESSED_STEM + ".parts/{shard}"  # temporary: one row range of a sharded entry
 COMPRESS_SHARD = r"\d+of\d+"  # the {shard} wildcard: row range i of n, i = 1..n
+# the compress rules' logs (rule compress_npy: compress's with {ext} = npy); their benchmarks: bench_path
+COMPRESS_PART_LOG = "logs/compress_part/{name}/{shard}.log"
+COMPRESS_LOG = "logs/compress/{name}.{ext}.log"
+COMPRESS_NPY_LOG = "logs/compress/{name}.npy.log"
+COMPRESS_INDEX_LOG = "logs/compress_index/{name}.log"
+
+
+def bench_path(log: str) -> str:
+    """A job's benchmark table beside its log: ``<x>.log`` -> ``<x>.bench.tsv``."""
+    if not log.endswith(".log"):
+        raise ValueError(f"{log}: not a log path (<x>.log)")
+    return log[:-len(".log")] + ".bench.tsv"
 
 
 def compressed_path(name: str, input_path: str) -> str:

@@ -43,6 +43,29 @@ def job_resources(kind: str, text_mb: float, matrix_mb: float = 0.0, backbone: M
             "runtime": math.ceil((minutes + per_gb * (text_mb + matrix_mb) / 1024) * grow)}
 
 
+# Compress jobs (rules/compress.smk, dive_core.compress): memory is bounded by the chunking, not the file.
+COMPRESS_INDEX_MEM_MB = 1500  # rule compress_index: the codes streamed from the file into the index, no model
+
+
+def compress_resources(input_mb: float, model_mb: float, shards: int = 1, attempt: int = 1) -> dict:
+    """``{"mem_mb", "runtime"}`` of a compress job: memory is bounded by the chunking (the
+    interpreter, torch, the compressor and one chunk; not the file), wall time grows with the input
+    one job reads (minutes: 15 + 10 per GB of input, a conservative CPU rate). Each retry asks
+    for 50% more."""
+    import math
+
+    grow = 1.0 + 0.5 * (max(int(attempt), 1) - 1)
+    return {"mem_mb": math.ceil((2000 + 4 * model_mb) * grow),
+            "runtime": math.ceil((15 + 10 * input_mb / 1024 / max(1, int(shards))) * grow)}
+
+
+def compress_index_resources(input_mb: float, attempt: int = 1) -> dict:
+    """``{"mem_mb", "runtime"}`` of rule compress_index over a compressed file of ``input_mb`` MB:
+    :data:`COMPRESS_INDEX_MEM_MB` (not grown on a retry), and the runtime of a one-job compress of
+    as much input."""
+    return {"mem_mb": COMPRESS_INDEX_MEM_MB, "runtime": compress_resources(input_mb, 0, 1, attempt)["runtime"]}
+
+
 def data_mb(paths, staged_manifest: str = "source.json") -> tuple[float, float] | None:
     """``(text MB, matrix MB)`` that a job reads: its input files, where a staged dataset's
     ``source.json`` stands for every file of its folder. None if an input does not exist yet."""

@@ -1,7 +1,6 @@
 # Wiring only: the plan (PLAN, dive_core.plan.resolve in the Snakefile), the artifact paths
 # (dive_core.paths) and the record formats (dive_core.records) handed to Snakemake. Every path,
 # input function and lookup is defined and tested in dive_core.
-from dive_core import compress as dcompress
 from dive_core import records, resources
 from dive_core.paths import (
     ARRIVAL,
@@ -56,8 +55,8 @@ def job_resource(kind, what, extra_mb=0):
 
 
 def compress_resource(what):
-    """mem_mb / runtime of a compress job (dive_core.compress.job_resources: memory bounded by the
-    chunking, time from the input's size per shard); <TBD> until the inputs exist."""
+    """mem_mb / runtime of a compress job (dive_core.resources.compress_resources: memory bounded by
+    the chunking, time from the input's size per shard); <TBD> until the inputs exist."""
 
     def resource(wildcards, input, attempt):
         from snakemake.common.tbdstring import TBDString
@@ -66,7 +65,18 @@ def compress_resource(what):
         if vectors is None or model is None:
             return TBDString()
         shards = int(PLAN.compress_entry(wildcards)["shards"])
-        return dcompress.job_resources(sum(vectors), sum(model), shards, attempt)[what]
+        return resources.compress_resources(sum(vectors), sum(model), shards, attempt)[what]
+
+    return resource
+
+
+def compress_index_resource(what):
+    """mem_mb / runtime of rule compress_index (dive_core.resources.compress_index_resources) from
+    the size of the compressed file; an input that does not exist yet counts as empty."""
+
+    def resource(wildcards, input, attempt):
+        input_mb = sum(resources.data_mb(list(input)) or (0, 0))
+        return resources.compress_index_resources(input_mb, attempt)[what]
 
     return resource
 

@@ -5,7 +5,20 @@
 # per-coordinate min/max), gathered in row order by rule compress into the bytes `dive-compress`
 # writes; int8 (SQ8) ranges are the min/max over every part, i.e. over the whole input. The model
 # may be a checkpoint of this workflow (then built when missing) or any checkpoint / export folder.
-from dive_core.paths import COMPRESSED, COMPRESSED_EXT, COMPRESSED_INDEX, COMPRESS_PART, COMPRESS_SHARD
+from dive_core.paths import (
+    COMPRESSED,
+    COMPRESSED_EXT,
+    COMPRESSED_INDEX,
+    COMPRESSED_NPY_EXTS,
+    COMPRESSED_STEM,
+    COMPRESS_INDEX_LOG,
+    COMPRESS_LOG,
+    COMPRESS_NPY_LOG,
+    COMPRESS_PART,
+    COMPRESS_PART_LOG,
+    COMPRESS_SHARD,
+    bench_path,
+)
 
 
 rule compress_part:
@@ -14,9 +27,9 @@ rule compress_part:
     output:
         temp(directory(COMPRESS_PART)),
     log:
-        "logs/compress_part/{name}/{shard}.log",
+        COMPRESS_PART_LOG,
     benchmark:
-        "logs/compress_part/{name}/{shard}.bench.tsv"
+        bench_path(COMPRESS_PART_LOG)
     wildcard_constraints:
         shard=COMPRESS_SHARD,
     conda:
@@ -38,9 +51,9 @@ rule compress:
     output:
         COMPRESSED,
     log:
-        "logs/compress/{name}.{ext}.log",
+        COMPRESS_LOG,
     benchmark:
-        "logs/compress/{name}.{ext}.bench.tsv"
+        bench_path(COMPRESS_LOG)
     wildcard_constraints:
         ext=COMPRESSED_EXT,
     conda:
@@ -60,11 +73,11 @@ use rule compress as compress_npy with:
         unpack(PLAN.compress_npy_inputs),
         parts=PLAN.compress_parts,
     output:
-        multiext("results/compressed/{name}", ".npy", ".ids.txt", ".meta.json"),
+        multiext(COMPRESSED_STEM, *COMPRESSED_NPY_EXTS),
     log:
-        "logs/compress/{name}.npy.log",
+        COMPRESS_NPY_LOG,
     benchmark:
-        "logs/compress/{name}.npy.bench.tsv"
+        bench_path(COMPRESS_NPY_LOG)
 
 
 rule compress_index:
@@ -73,14 +86,12 @@ rule compress_index:
     output:
         COMPRESSED_INDEX,
     log:
-        "logs/compress_index/{name}.log",
+        COMPRESS_INDEX_LOG,
     conda:
         "../envs/train-gpu.yaml"  # faiss
     resources:
-        mem_mb=1500,
-        runtime=lambda wc, input, attempt: dcompress.job_resources(
-            sum(resources.data_mb(list(input)) or (0, 0)), 0, 1, attempt
-        )["runtime"],
+        mem_mb=compress_index_resource("mem_mb"),
+        runtime=compress_index_resource("runtime"),
     script:
         "../workflow_scripts/compress.py"
 

@@ -394,6 +394,7 @@ def test_console_script_is_installed(tmp_path, model, data):
 
 # --------------------------------------------------------------------------- the workflow's config
 def test_config_entries_outputs_and_refusals():
+    from dive_core import paths
     from dive_core.config import ConfigError
 
     cfg = {"compress": {"a": {"model": "m.pt", "input": "/data/c.NPY", "shards": 3, "faiss": True},
@@ -403,6 +404,8 @@ def test_config_entries_outputs_and_refusals():
     assert C.targets(cfg) == ["results/compressed/a.npy", "results/compressed/a.ids.txt",
                               "results/compressed/a.meta.json", "results/compressed/a.faiss",
                               "results/compressed/b.parquet"]
+    assert C.output_files("a", C.entry(cfg, "a")) == [paths.COMPRESSED_STEM.format(name="a") + ext
+                                                      for ext in paths.COMPRESSED_NPY_EXTS]  # rule compress_npy's
     assert C.part_dirs(cfg, "a") == [f"results/compressed/a.parts/{i}of3" for i in (1, 2, 3)]
     assert C.part_dirs(cfg, "b") == []
     assert C.job_inputs(cfg, "a") == {"model": "m.pt", "vectors": ["/data/c.NPY", "/data/c.ids.txt"]}

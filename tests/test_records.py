@@ -91,6 +91,30 @@ def test_checkpoint_meta_is_exactly_the_declared_fields():
         records.checkpoint_meta(**fields, artifacts={})
 
 
+def test_files_for_use_outside_the_workflow_keep_their_tags_and_fields(tmp_path):
+    from types import SimpleNamespace
+
+    vectors = SimpleNamespace(path=tmp_path / "v.npy", group=None, n=3, dim=4, dtype="float32")
+    rec = records.compressed({"type": "dive"}, vectors, "int8", ([0.0, 1.0], [2.0, 3.0]))
+    assert set(rec) == {*records.COMPRESSED_FIELDS, "sq8"} and rec["format"] == "dive-compressed/1"
+    assert set(records.compressed({}, vectors, "float32")) == set(records.COMPRESSED_FIELDS)
+    assert records.read_compressed_metadata(records.compressed_metadata(rec)) == rec
+    part = tmp_path / "set0.h5.json"
+    fields = {f: 0 for f in records.COMPRESS_PART_FIELDS}
+    assert list(records.write_compress_part(part, **fields)) == list(records.COMPRESS_PART_FIELDS)
+    assert records.read_compress_part(part) == fields
+    with pytest.raises(ValueError, match=r"missing \['vmax'\], unknown \['x'\]"):
+        records.write_compress_part(part, **{k: v for k, v in fields.items() if k != "vmax"}, x=0)
+    part.write_text(json.dumps({"part": None}))
+    with pytest.raises(RecordError, match="compress part without field"):
+        records.read_compress_part(part)
+    config = records.compressor_config(type="truncate", d=4, k=2, seed=0, hparams={}, state_sha256="0")
+    assert set(config) == set(records.COMPRESSOR_FIELDS) and config["format"] == "dive-compressor/2"
+    assert records.check_compressor_config(config, "c.json") == config
+    with pytest.raises(ValueError, match="c.json: .* do not match the recorded config_sha256"):
+        records.check_compressor_config({**config, "k": 3}, "c.json")
+
+
 def test_run_key_names_the_run():
     r = {"dataset": "d", "backbone": "b", "method": "m", "k": 64, "stage": "final", "seed": 2027, "metrics": {}}
     assert records.run_key(r) == ("d", "b", "m", 64, "final", 2027)

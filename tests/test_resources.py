@@ -32,6 +32,16 @@ def test_job_resources_hand_computed():
         resources.job_resources("gpu", 1)
 
 
+def test_compress_resources_hand_computed():
+    # memory bounded by the chunking: 2000 + 4 * 10 MB of compressor = 2040 MB, whatever the input;
+    # 15 + 10 * 1024 / 1024 = 25 minutes for 1 GiB in one job
+    assert resources.compress_resources(1024, 10) == {"mem_mb": 2040, "runtime": 25}
+    # 4 GiB in 4 shards: 1 GiB a job; a retry: 50% more of both (3060 MB, 37.5 -> 38 minutes)
+    assert resources.compress_resources(4096, 10, 4, attempt=2) == {"mem_mb": 3060, "runtime": 38}
+    # the FAISS index of a 1 GiB file: a fixed 1500 MB, even on a retry; a one-job compress's runtime
+    assert resources.compress_index_resources(1024, attempt=2) == {"mem_mb": 1500, "runtime": 38}
+
+
 def test_data_mb_counts_a_staged_folder_and_waits_for_missing_inputs(tmp_path):
     staged = tmp_path / "data" / "toy"
     (staged / "qrels").mkdir(parents=True)

@@ -1,0 +1,74 @@
+"""The command ``dive-compress`` (the package's docstring says what it does; ``python -m dive_core.compress``
+runs it too, through ``__main__.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFileError, vector_format
+from .errors import CompressError
+from .files import _check_output, check_dims, open_sets
+from .index import write_faiss_index
+from .jobs import compress_file
+from .model import describe, load_model, provenance
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="dive-compress",
+        description="Compress a vector file with a trained compressor: INPUT's rows (raw backbone vectors, "
+                    "L2-normalised here as the workflow does) -> OUTPUT, in chunks, in bounded memory. Formats by "
+                    "extension: .parquet/.pq (id column + vector column), .npy (+ NAME.ids.txt), .h5/.hdf5 "
+                    "(ids + emb datasets, at the root or in groups such as corpus/queries).")
+    ap.add_argument("model", help="a trained compressor: a workflow checkpoint (results/.../model.pt) or an "
+                                  "exported folder (python -m dive_core.export)")
+    ap.add_argument("input", help="the vector file to compress")
+    ap.add_argument("output", help="the file to write (format by its extension); written only when complete")
+    ap.add_argument("--encoding", choices=ENCODINGS, default="float32",
+                    help="how the compressed vectors are stored: float32 (default), float16, or int8 = FAISS "
+                         "SQ8 codes with per-coordinate ranges over the whole input (in the file's metadata)")
+    ap.add_argument("--faiss", metavar="PATH", help="also write a FAISS index of OUTPUT (row i = row i): "
+                                                    "IndexFlatIP for float32, the scalar quantizer for float16/int8")
+    ap.add_argument("--group", help="HDF5 input: compress only this group (default: the root, else every group)")
+    ap.add_argument("--id-column", default=ID_COLUMN,
+                    help=f"Parquet input: the id column (kept in OUTPUT; default {ID_COLUMN})")
+    ap.add_argument("--vector-column", default=VECTOR_COLUMN,
+                    help=f"Parquet input: the vector column (default {VECTOR_COLUMN})")
+    ap.add_argument("--rows", type=int, help="rows compressed at once (default: from the compressor's size)")
+    ap.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
+    ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+    try:
+        if args.rows is not None and args.rows < 1:
+            raise CompressError(f"--rows {args.rows}: must be at least 1")
+        try:
+            vector_format(args.output)  # before any work
+        except VectorFileError as exc:
+            raise CompressError(str(exc)) from None
+        sets = open_sets(args.input, args.group, args.id_column, args.vector_column)
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        method = load_model(args.model, args.device)
+        print(describe(provenance(method)), file=sys.stderr)
+        check_dims(method, sets, args.model)
+        _check_output(Path(args.output), sets)
+        t0 = time.perf_counter()
+        out = compress_file(method, args.input, args.output, args.encoding, group=args.group,
+                            id_column=args.id_column, vector_column=args.vector_column, rows=args.rows,
+                            device=args.device, progress=not args.quiet)
+        seconds = time.perf_counter() - t0
+        n = sum(vf.n for vf in sets)
+        print(f"{out}: {n} vectors {method.d} -> {method.k} dimensions, {args.encoding}, in {seconds:.1f} s "
+              f"({n / max(seconds, 1e-9):.0f} vectors/s)")
+        if args.faiss:
+            print(f"{write_faiss_index(out, args.faiss, progress=not args.quiet)}: FAISS index of {out}")
+    except CompressError as exc:
+        print(f"dive-compress: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

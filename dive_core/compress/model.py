@@ -1,0 +1,57 @@
+"""The compressor: a workflow checkpoint or an exported folder, loaded, and what it is (its provenance)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import CompressError
+
+
+def load_model(path: str | Path, device: str = "cpu"):
+    """The compressor in ``path``: a workflow checkpoint file, or an exported folder."""
+    p = Path(path)
+    if p.is_dir():
+        from ..export import load_compressor
+
+        try:
+            return load_compressor(p, device)
+        except (FileNotFoundError, ValueError) as exc:
+            raise CompressError(f"{p}: not a usable compressor folder: {exc}") from None
+    if p.is_file():
+        from ..methods import Method
+
+        try:
+            return Method.load(p, device)
+        except ValueError as exc:  # records.RecordError names the file
+            raise CompressError(str(exc)) from None
+    raise CompressError(f"{p}: no such compressor (expected a workflow checkpoint model.pt or an exported folder)")
+
+
+def _method(model, device: str = "cpu"):
+    return model if hasattr(model, "compress") and hasattr(model, "k") else load_model(model, device)
+
+
+RUN_KEYS = ("dataset", "backbone", "method", "stage")
+
+
+def provenance(method) -> dict:
+    """What the compressor is: type, d -> k, seed, weights sha256, hyperparameters, and where a
+    workflow trained it (dataset, backbone, method, stage) when its checkpoint or export says."""
+    meta = dict(method.meta or {})
+    source = "export" if "export" in meta else "checkpoint"
+    run = (meta.get("export") or {}) if source == "export" else meta
+    prov = {"type": method.type, "d": int(method.d), "k": int(method.k), "seed": int(method.seed),
+            "weights_sha256": method.state_sha256(), "hparams": dict(method.hp), "source": source}
+    prov.update({key: run[key] for key in RUN_KEYS if run.get(key) is not None})
+    return prov
+
+
+def describe(prov: Mapping[str, Any]) -> str:
+    """One human-readable paragraph of :func:`provenance`."""
+    lines = [f"compressor: {prov['type']} {prov['d']} -> {prov['k']} dimensions, seed {prov['seed']}, "
+             f"weights sha256 {prov['weights_sha256']} ({prov['source']})"]
+    run = [f"{key} {prov[key]}" for key in RUN_KEYS if key in prov]
+    lines.append("  trained by the workflow: " + ", ".join(run) if run else
+                 "  no workflow run recorded (dataset/backbone/method/stage unknown)")
+    return "\n".join(lines)
