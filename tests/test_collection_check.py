@@ -291,7 +291,10 @@ def test_streams_the_files(tmp_path, capsys, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("read a whole file")
 
-    monkeypatch.setattr(data, "read_decompressed", refuse)
+    from dive_core.data import check, load
+
+    for module in (data, load, check):  # wherever the checker could reach it from
+        monkeypatch.setattr(module, "read_decompressed", refuse, raising=False)
     monkeypatch.setattr(Path, "read_bytes", refuse)
     monkeypatch.setattr(Path, "read_text", refuse)
     rc, out = run(root, capsys=capsys)
