@@ -53,7 +53,7 @@ if __package__ in (None, ""):  # run as a script: the checkout in the working di
     sys.path.insert(0, str(Path.cwd()))
 
 from dive_core import config as dcfg
-from dive_core import plan, provenance, records, splits
+from dive_core import numerics, plan, provenance, records, splits
 from dive_core.embeddings import read_embeddings
 from dive_core.methods import new_method
 from dive_core.training import FitData, TrainLog, fit_data
@@ -140,6 +140,7 @@ def main() -> None:
     gpu = torch.cuda.get_device_name(torch.device(dev)) if torch.device(dev).type == "cuda" else None
     header = {"device": dev, "gpu_name": gpu, "cpu": provenance.cpu_model(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "numpy": np.__version__, "git_commit": provenance.git_commit("."),
+              "mkl": numerics.mkl_mode(),
               "precision": a.precision, "dataset": a.dataset, "backbone": a.backbone, "stage": a.stage, "k": a.k,
               "triplets_per_epoch": full.n_triplets, "corpus_docs": int(full.docs.shape[0])}
     print(json.dumps(header), flush=True)
@@ -216,7 +217,7 @@ def main() -> None:
               f"{o['flop_rate_ratio']:>10.2f}")
     dive = out.get("dive", {})
     print(json.dumps({
-        **{k: header[k] for k in ("device", "gpu_name", "cpu", "threads", "torch", "git_commit", "precision")},
+        **{k: header[k] for k in ("device", "gpu_name", "cpu", "threads", "torch", "git_commit", "precision", "mkl")},
         "matmul_gflops": mm, "matmul_gflops_bf16": mm16,
         "train_step_gflops": dive.get("gflops_per_step"), "flop_rate_ratio": dive.get("flop_rate_ratio"),
         "seconds_per_step": {n: o["seconds_per_step"] for n, o in out.items()},

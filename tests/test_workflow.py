@@ -212,6 +212,15 @@ def test_exported_models_reproduce_the_workflow_vectors(workdir):
         assert not [p for p in folder.rglob("*") if p.suffix in (".pt", ".pkl", ".bin", ".pickle")], m
         card = (folder / "README.md").read_text(encoding="utf-8")
         assert "generated-tiny" in card and "| unseen |" in card and "nDCG@10" in card
+    # a user's own script that loads an export (torch and sentence-transformers imported first, dive_core
+    # only through the export's module): MKL runs in the reproducible mode all the same
+    code = ("import json, sys; from sentence_transformers import SentenceTransformer; "
+            f"m = SentenceTransformer({str(workdir / runs['dive'] / 'export')!r}, device='cpu'); m.encode(['a b c']); "
+            "assert 'dive_core' in sys.modules; from dive_core import numerics; print(json.dumps(numerics.mkl_mode()))")
+    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "MKL_DYNAMIC")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["mkl_cbwr"] == "AUTO,STRICT", out.stderr[-3000:]
 
 
 def test_evaluation_agrees_with_beirs_evaluator(workdir):
