@@ -96,7 +96,7 @@ all: $(STAMP)
 smoke: $(STAMP)
 	$(BIN)/python -m dive_core.generated $(GENERATED)
 	BEIR_DATA_DIR="$(abspath $(GENERATED))" PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) \
-	  --configfile config/test.yaml $(SNAKEMAKE_ARGS) all
+	  $(SNAKEMAKE_ARGS) all --configfile config/test.yaml
 
 dry-run: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) -n $(SNAKEMAKE_ARGS) all
