@@ -299,6 +299,17 @@ def test_makefile_installs_the_lock_with_hashes():
     assert re.search(r"^lock:", make, re.MULTILINE), "`make lock` regenerates the lock"
 
 
+def test_every_python_version_statement_is_the_locks():
+    """pyproject's requires-python, the Makefile's check and every conda env name the lock's Python."""
+    major, minor = LOCK_PYTHON.split(".")[:2]
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(rf'^requires-python = "=={major}\.{minor}\.\*"', pyproject, re.MULTILINE), "pyproject.toml"
+    assert f"v[:2] == ({major}, {minor})" in (REPO / "Makefile").read_text(), "Makefile's PY311 check"
+    for env_file in ENV_FILES:
+        deps = yaml.safe_load(env_file.read_text())["dependencies"]
+        assert f"python={major}.{minor}" in deps, env_file.name
+
+
 @pytest.mark.parametrize("env_file", ENV_FILES, ids=lambda p: p.name)
 def test_conda_env_pins_equal_the_lock(env_file, lock):
     env = yaml.safe_load(env_file.read_text())
