@@ -1,0 +1,93 @@
+"""dive_core's modules import each other without a cycle (imports inside functions count too), and
+`import dive_core` and the plan import no torch (the Snakefile imports them on every invocation)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PKG = REPO / "dive_core"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in PKG.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    target = f"{base}.{node.module}" if node.module else base
+                else:
+                    target = node.module or ""
+                names = [f"{target}.{a.name}" for a in node.names]
+                found = [n for n in names if n in modules] or ([target] if target in modules else [])
+            elif isinstance(node, ast.Import):
+                found = [a.name for a in node.names if a.name in modules]
+            else:
+                continue
+            graph[mod].update(f for f in found if f != mod)
+    return graph
+
+
+def _type_checking_only(path: Path) -> set[int]:
+    """Line numbers of imports under `if TYPE_CHECKING:` (never run)."""
+    lines = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                    lines.add(sub.lineno)
+    return lines
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state = [], {}
+
+    def visit(node, stack):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    return found
+
+
+def test_dive_core_has_no_import_cycle():
+    graph = import_graph()
+    # a package imports its submodules (re-exports) and a submodule its package's siblings: the edge
+    # from a submodule to its own package's __init__ is not a cycle that can bite, so leave it out
+    for mod in graph:
+        graph[mod] = {t for t in graph[mod] if not mod.startswith(t + ".")}
+    # imports under `if TYPE_CHECKING:` never run
+    for path in PKG.rglob("*.py"):
+        skip = _type_checking_only(path)
+        if skip:
+            mod = module_name(path)
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.lineno in skip and node.module:
+                    graph[mod] = {t for t in graph[mod] if not t.endswith(node.module.split(".")[-1])}
+    assert not cycles(graph), cycles(graph)
+
+
+def test_the_snakefiles_imports_load_no_torch():
+    code = "import sys, dive_core, dive_core.plan, dive_core.paths, dive_core.resources; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
