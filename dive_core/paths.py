@@ -79,11 +79,32 @@ COMPRESSED_NPY_EXTS = (".npy", ".ids.txt", ".meta.json")  # a .npy output: matri
 COMPRESSED_INDEX = COMPRESSED_STEM + ".faiss"  # its FAISS index (the entry's `faiss: true`)
 COMPRESS_PART = COMPRESSED_STEM + ".parts/{shard}"  # temporary: one row range of a sharded entry
 COMPRESS_SHARD = r"\d+of\d+"  # the {shard} wildcard: row range i of n, i = 1..n
-# the compress rules' logs (rule compress_npy: compress's with {ext} = npy); their benchmarks: bench_path
-COMPRESS_PART_LOG = "logs/compress_part/{name}/{shard}.log"
-COMPRESS_LOG = "logs/compress/{name}.{ext}.log"
-COMPRESS_NPY_LOG = "logs/compress/{name}.npy.log"
-COMPRESS_INDEX_LOG = "logs/compress_index/{name}.log"
+
+# ---- every job's log (rule name -> template; its benchmark table beside it: bench_path) ---------
+# rule compress_npy is rule compress with {ext} = npy
+LOGS = {
+    "download_beir": "logs/download_beir/{zipname}.log",
+    "stage_beir": "logs/stage_beir/{dataset}.log",
+    "efficiency": "logs/efficiency/{dataset}/{backbone}.log",
+    "efficiency_synthetic": "logs/efficiency/synthetic.log",
+    "frontier": "logs/frontier/{dataset}/{backbone}.log",
+    "fetch_model": "logs/fetch_model/{backbone}.log",
+    "embed_part": "logs/embed_part/{dataset}/{backbone}/{part}.log",
+    "embed": "logs/embed/{dataset}/{backbone}.log",
+    "evaluate": "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
+    "headline_result": "logs/headline_result/{dataset}/{method}/seed{seed}.log",
+    "export": "logs/export/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
+    "table": "logs/table/{experiment}.log",
+    "select": "logs/select/{backbone}/{study}.log",
+    "make_splits": "logs/make_splits/{dataset}.log",
+    "make_arrival": "logs/make_arrival/{dataset}.log",
+    "train": "logs/train/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
+    "triplets": "logs/triplets/{dataset}/{backbone}/{stage}-{negatives}.log",
+    "compress_part": "logs/compress_part/{name}/{shard}.log",
+    "compress": "logs/compress/{name}.{ext}.log",
+    "compress_npy": "logs/compress/{name}.npy.log",
+    "compress_index": "logs/compress_index/{name}.log",
+}
 
 
 def bench_path(log: str) -> str:

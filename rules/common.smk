@@ -13,6 +13,7 @@ from dive_core.paths import (
     FIGURE,
     FRONTIER,
     HEADLINE,
+    LOGS,
     MODEL_DIR,
     PER_QUERY,
     RUNS_TSV,
@@ -26,6 +27,7 @@ from dive_core.paths import (
     TRIPLETS,
     TRIPLETS_META,
     ZIP,
+    bench_path,
 )
 
 

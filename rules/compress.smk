@@ -11,13 +11,8 @@ from dive_core.paths import (
     COMPRESSED_INDEX,
     COMPRESSED_NPY_EXTS,
     COMPRESSED_STEM,
-    COMPRESS_INDEX_LOG,
-    COMPRESS_LOG,
-    COMPRESS_NPY_LOG,
     COMPRESS_PART,
-    COMPRESS_PART_LOG,
     COMPRESS_SHARD,
-    bench_path,
 )
 
 
@@ -27,9 +22,9 @@ rule compress_part:
     output:
         temp(directory(COMPRESS_PART)),
     log:
-        COMPRESS_PART_LOG,
+        LOGS["compress_part"],
     benchmark:
-        bench_path(COMPRESS_PART_LOG)
+        bench_path(LOGS["compress_part"])
     wildcard_constraints:
         shard=COMPRESS_SHARD,
     conda:
@@ -51,9 +46,9 @@ rule compress:
     output:
         COMPRESSED,
     log:
-        COMPRESS_LOG,
+        LOGS["compress"],
     benchmark:
-        bench_path(COMPRESS_LOG)
+        bench_path(LOGS["compress"])
     wildcard_constraints:
         ext=COMPRESSED_EXT,
     conda:
@@ -75,9 +70,9 @@ use rule compress as compress_npy with:
     output:
         multiext(COMPRESSED_STEM, *COMPRESSED_NPY_EXTS),
     log:
-        COMPRESS_NPY_LOG,
+        LOGS["compress_npy"],
     benchmark:
-        bench_path(COMPRESS_NPY_LOG)
+        bench_path(LOGS["compress_npy"])
 
 
 rule compress_index:
@@ -86,7 +81,7 @@ rule compress_index:
     output:
         COMPRESSED_INDEX,
     log:
-        COMPRESS_INDEX_LOG,
+        LOGS["compress_index"],
     conda:
         "../envs/train-gpu.yaml"  # faiss
     resources:

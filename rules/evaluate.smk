@@ -11,9 +11,9 @@ rule evaluate:
         result=EVAL_JSON,
         per_query=PER_QUERY,
     log:
-        "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
+        LOGS["evaluate"],
     benchmark:
-        "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.bench.tsv"
+        bench_path(LOGS["evaluate"])
     conda:
         "../envs/train-gpu.yaml"
     threads: PLAN.setting("threads", "evaluate")
@@ -37,7 +37,7 @@ rule headline_result:
     output:
         HEADLINE,
     log:
-        "logs/headline_result/{dataset}/{method}/seed{seed}.log",
+        LOGS["headline_result"],
     conda:
         "../envs/data.yaml"
     resources:

@@ -9,7 +9,7 @@ rule export:
     output:
         directory(EXPORT),
     log:
-        "logs/export/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
+        LOGS["export"],
     conda:
         "../envs/train-gpu.yaml"
     resources:

@@ -11,7 +11,7 @@ rule table:
         runs=shown(RUNS_TSV, "runs", "per-run table"),
         png=shown(FIGURE, "figure", "figure"),
     log:
-        "logs/table/{experiment}.log",
+        LOGS["table"],
     conda:
         "../envs/report.yaml"
     resources:

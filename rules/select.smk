@@ -9,7 +9,7 @@ rule select:
     output:
         SELECTION,
     log:
-        "logs/select/{backbone}/{study}.log",
+        LOGS["select"],
     conda:
         "../envs/report.yaml"
     resources:

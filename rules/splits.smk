@@ -7,9 +7,9 @@ rule make_splits:
     output:
         SPLITS,
     log:
-        "logs/make_splits/{dataset}.log",
+        LOGS["make_splits"],
     benchmark:
-        "logs/make_splits/{dataset}.bench.tsv"
+        bench_path(LOGS["make_splits"])
     conda:
         "../envs/data.yaml"
     resources:
@@ -32,7 +32,7 @@ rule make_arrival:
     output:
         ARRIVAL,
     log:
-        "logs/make_arrival/{dataset}.log",
+        LOGS["make_arrival"],
     conda:
         "../envs/data.yaml"
     resources:

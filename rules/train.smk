@@ -8,9 +8,9 @@ rule train:
         checkpoint=CHECKPOINT,
         log=TRAIN_LOG,
     log:
-        "logs/train/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",
+        LOGS["train"],
     benchmark:
-        "logs/train/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.bench.tsv"
+        bench_path(LOGS["train"])
     conda:
         "../envs/train-gpu.yaml"
     threads: PLAN.setting("threads", "train")

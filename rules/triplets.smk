@@ -8,9 +8,9 @@ rule triplets:
         tsv=TRIPLETS,
         meta=TRIPLETS_META,
     log:
-        "logs/triplets/{dataset}/{backbone}/{stage}-{negatives}.log",
+        LOGS["triplets"],
     benchmark:
-        "logs/triplets/{dataset}/{backbone}/{stage}-{negatives}.bench.tsv"
+        bench_path(LOGS["triplets"])
     conda:
         "../envs/data.yaml"
     threads: 1

@@ -22,3 +22,19 @@ def test_snakemake_lint_is_clean(configfile):
     text = out.stdout + out.stderr
     assert out.returncode == 0 and "Lints for" not in text, text
     assert "Congratulations, your workflow is in a good condition!" in text, text
+
+
+def test_rule_files_name_no_path_of_their_own():
+    """Every path lives in dive_core/paths.py: the Snakefile and rules/*.smk hold no string literal
+    that starts with results/, data/ or logs/ (comments and docstrings aside)."""
+    import io
+    import re
+    import tokenize
+
+    found = []
+    for f in [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]:
+        for tok in tokenize.generate_tokens(io.StringIO(f.read_text(encoding="utf-8")).readline):
+            if tok.type == tokenize.STRING and not tok.string.startswith(('"""', "'''")) \
+                    and re.match(r"""^[rbf]*["'](results|data|logs)/""", tok.string):
+                found.append(f"{f.relative_to(REPO)}:{tok.start[0]}: {tok.string}")
+    assert not found, "\n".join(found)
