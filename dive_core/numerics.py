@@ -99,14 +99,13 @@ def configure() -> None:
     (MKL's own reproducibility condition: no run-time change of its thread count). After: sets the
     same mode through MKL, or warns when MKL has computed already and the mode is another."""
     mode = wanted_mode()
-    parse_mode(mode)  # a wrong user value fails here, naming the variable
+    code = parse_mode(mode)  # a wrong user value fails here, naming the variable
     os.environ["MKL_CBWR"] = mode
     os.environ.setdefault("MKL_DYNAMIC", "FALSE")
     mkl = _mkl()
     if mkl is None:
         return
     get, put, _ = mkl
-    code = parse_mode(mode)
     if get(_ALL) == code:
         return
     if put(code) != 0:  # MKL_CBWR_SUCCESS

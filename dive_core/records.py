@@ -53,6 +53,7 @@ Four sorts of file:
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 from dataclasses import dataclass, replace
@@ -647,8 +648,6 @@ def read_compress_part(path: str | os.PathLike) -> dict:
 def compressor_config_sha256(config: Mapping[str, Any]) -> str:
     """sha256 of what defines the compressor in ``config.json`` (not its provenance): a hand-edited
     k, d, type or hyperparameter is refused, also for a compressor without weights (truncate)."""
-    import hashlib
-
     defining = {k: config[k] for k in COMPRESSOR_DEFINING}
     return hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()
 

@@ -4,6 +4,7 @@ mem_mb=N`` and a SLURM submission schedule jobs by what they hold. No Snakemake 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Mapping
 
@@ -26,19 +27,22 @@ BACKBONE_MEM_MB = {"sentence_transformers": 2000, "llm2vec": 24000, "vectors": 5
 MATRIX_SUFFIXES = (".h5", ".hdf5", ".pt", ".npy", ".parquet", ".pq")
 
 
+def _retry_growth(attempt: int) -> float:
+    """The factor of a job's resources on its ``attempt``-th try: 50% more per retry."""
+    return 1.0 + 0.5 * (max(int(attempt), 1) - 1)
+
+
 def job_resources(kind: str, text_mb: float, matrix_mb: float = 0.0, backbone: Mapping | None = None,
                   attempt: int = 1) -> dict:
     """``{"mem_mb": ..., "runtime": ...}`` for a job of ``kind`` (see :data:`JOB_RESOURCES`)
     reading ``text_mb`` MB of text and ``matrix_mb`` MB of matrices; ``backbone`` (its config
     entry) for embedding jobs. Each retry (``attempt`` > 1) asks for 50% more."""
-    import math
-
     if kind not in JOB_RESOURCES:
         raise ValueError(f"unknown job kind {kind!r}; known: {sorted(JOB_RESOURCES)}")
     fixed, per_text, per_matrix, minutes, per_gb = JOB_RESOURCES[kind]
     if backbone is not None:
         fixed += backbone.get("mem_mb") or BACKBONE_MEM_MB[backbone["family"]]
-    grow = 1.0 + 0.5 * (max(int(attempt), 1) - 1)
+    grow = _retry_growth(attempt)
     return {"mem_mb": math.ceil((fixed + per_text * text_mb + per_matrix * matrix_mb) * grow),
             "runtime": math.ceil((minutes + per_gb * (text_mb + matrix_mb) / 1024) * grow)}
 
@@ -52,9 +56,7 @@ def compress_resources(input_mb: float, model_mb: float, shards: int = 1, attemp
     interpreter, torch, the compressor and one chunk; not the file), wall time grows with the input
     one job reads (minutes: 15 + 10 per GB of input, a conservative CPU rate). Each retry asks
     for 50% more."""
-    import math
-
-    grow = 1.0 + 0.5 * (max(int(attempt), 1) - 1)
+    grow = _retry_growth(attempt)
     return {"mem_mb": math.ceil((2000 + 4 * model_mb) * grow),
             "runtime": math.ceil((15 + 10 * input_mb / 1024 / max(1, int(shards))) * grow)}
 

@@ -17,9 +17,10 @@ import pytest
 
 from dive_core import compress as C
 from dive_core.embeddings import l2_normalize
+from dive_core.resources import compress_resources
 from dive_core.methods import Method, new_method
 from dive_core.training import TrainLog
-from dive_core.vectors import VectorWriter, ids_path, open_vectors
+from dive_core.vectors import VectorWriter, ids_path, meta_path, open_vectors
 from synthetic import make_problem
 from test_export import configured
 
@@ -120,7 +121,7 @@ def test_every_format_in_and_out_equals_method_compress_on_normalised_input(tmp_
         assert pq.read_schema(out).names == ["id", "embedding"]
     if out_ext == ".npy":
         assert ids_path(out).read_text(encoding="utf-8").splitlines() == ids
-        assert C.meta_path(out).is_file() and C.read_metadata(out)["encoding"] == "float32"
+        assert meta_path(out).is_file() and C.read_metadata(out)["encoding"] == "float32"
 
 
 def test_parquet_id_and_vector_columns_of_the_input(tmp_path, model, data, capsys):
@@ -170,7 +171,7 @@ def test_shards_beyond_the_rows_and_part_ranges(tmp_path, model, data):
     out = C.gather(model, src, parts, tmp_path / "out.npy", "int8", progress=False)  # two parts hold no row
     direct = C.compress_file(model, src, tmp_path / "direct.npy", "int8", progress=False)
     assert out.read_bytes() == direct.read_bytes()
-    assert C.meta_path(out).read_bytes() == C.meta_path(direct).read_bytes()
+    assert meta_path(out).read_bytes() == meta_path(direct).read_bytes()
     with pytest.raises(C.CompressError, match="out of order"):
         C.gather(model, src, parts[::-1], tmp_path / "bad.npy", "float32", progress=False)
     assert not (tmp_path / "bad.npy").exists()
@@ -416,7 +417,7 @@ def test_config_entries_outputs_and_refusals():
         C.entry(cfg, "c")
     with pytest.raises(ConfigError, match=r"compress.x.input: v.csv: unknown vector file type"):
         C.check_config({"compress": {"x": {"model": "m.pt", "input": "v.csv"}}})
-    small, big = C.job_resources(1000, 10, 1), C.job_resources(1_000_000, 10, 4, attempt=2)
+    small, big = compress_resources(1000, 10, 1), compress_resources(1_000_000, 10, 4, attempt=2)
     assert small["mem_mb"] == 2040 and big["mem_mb"] == 3060  # bounded: not the input's size
     assert big["runtime"] > small["runtime"]
 

@@ -17,37 +17,37 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Line numbers of the imports under ``if TYPE_CHECKING:`` (never run)."""
+    return {sub.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+            for sub in ast.walk(node) if isinstance(sub, (ast.Import, ast.ImportFrom))}
+
+
 def import_graph() -> dict[str, set[str]]:
+    """module -> the dive_core modules it imports, at any depth of its code, except under
+    ``if TYPE_CHECKING:`` and except its own package (a package's __init__ re-exports its
+    submodules; a submodule importing a sibling goes through that package without a cycle)."""
     modules = {module_name(p): p for p in PKG.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_lines(tree)
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in skip:
+                continue
             if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                    target = f"{base}.{node.module}" if node.module else base
-                else:
-                    target = node.module or ""
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = (f"{base}.{node.module}" if node.module else base) if node.level else node.module or ""
                 names = [f"{target}.{a.name}" for a in node.names]
                 found = [n for n in names if n in modules] or ([target] if target in modules else [])
             elif isinstance(node, ast.Import):
                 found = [a.name for a in node.names if a.name in modules]
             else:
                 continue
-            graph[mod].update(f for f in found if f != mod)
+            graph[mod].update(f for f in found if f != mod and not mod.startswith(f + "."))
     return graph
-
-
-def _type_checking_only(path: Path) -> set[int]:
-    """Line numbers of imports under `if TYPE_CHECKING:` (never run)."""
-    lines = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            for sub in ast.walk(node):
-                if isinstance(sub, (ast.Import, ast.ImportFrom)):
-                    lines.add(sub.lineno)
-    return lines
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -72,19 +72,6 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_dive_core_has_no_import_cycle():
     graph = import_graph()
-    # a package imports its submodules (re-exports) and a submodule its package's siblings: the edge
-    # from a submodule to its own package's __init__ is not a cycle that can bite, so leave it out
-    for mod in graph:
-        graph[mod] = {t for t in graph[mod] if not mod.startswith(t + ".")}
-    # imports under `if TYPE_CHECKING:` never run
-    for path in PKG.rglob("*.py"):
-        skip = _type_checking_only(path)
-        if skip:
-            mod = module_name(path)
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.lineno in skip and node.module:
-                    graph[mod] = {t for t in graph[mod] if not t.endswith(node.module.split(".")[-1])}
     assert not cycles(graph), cycles(graph)
 
 

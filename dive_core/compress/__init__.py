@@ -43,11 +43,9 @@ config  the workflow's ``compress:`` entries (defaults, checks, outputs, job inp
 cli     the command ``dive-compress`` (main)
 
 Every public name is importable from ``dive_core.compress`` itself; the compress jobs' memory and
-runtime (:func:`job_resources`) are :func:`dive_core.resources.compress_resources`.
+runtime are :func:`dive_core.resources.compress_resources`.
 """
 
-from ..resources import compress_resources as job_resources
-from ..vectors import meta_path
 from .cli import main
 from .codec import sq8_decode, sq8_encode, sq8_ranges
 from .config import ENTRY_DEFAULTS, check_config, entries, entry, job_inputs, output_files, part_dirs, targets
@@ -62,8 +60,8 @@ from .rows import (COMPUTE_BYTES, MIN_BATCH, WRITE_BYTES, chunk_rows, compress_r
 __all__ = [
     "COMPUTE_BYTES", "ENTRY_DEFAULTS", "MIN_BATCH", "RUN_KEYS", "SPOOL_SET", "WRITE_BYTES", "CompressError", "OutSet",
     "check_config", "check_dims", "chunk_rows", "compress_file", "compress_part", "compress_rows", "compressed_chunks",
-    "decode", "decode_chunks", "describe", "entries", "entry", "faiss_index", "gather", "job_inputs", "job_resources",
-    "load_model", "main", "meta_path", "open_sets", "output_files", "part_dirs", "part_range", "provenance",
+    "decode", "decode_chunks", "describe", "entries", "entry", "faiss_index", "gather", "job_inputs",
+    "load_model", "main", "open_sets", "output_files", "part_dirs", "part_range", "provenance",
     "read_metadata", "rechunk", "sq8_decode", "sq8_encode", "sq8_ranges", "targets", "write_faiss_index",
     "write_output", "write_rows",
 ]
