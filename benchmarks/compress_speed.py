@@ -38,13 +38,13 @@ REPO = Path(__file__).resolve().parent.parent
 GEN_ROWS = 16384  # rows generated and written at once (bounded memory in the parent too)
 
 
-def dive_method(d: int, k: int, seed: int = 0):
+def dive_method(d: int, k: int, seed: int = 0, device: str = "cpu"):
     from dive_core import config as dcfg
     from dive_core.methods import new_method, resolve_hparams
 
     cfg = dcfg.load_yaml(REPO / "config" / "config.yaml")
     hp = resolve_hparams("dive", dict(cfg["methods"]["dive"]), cfg["training"])
-    return new_method("dive", d, k, hp, seed=seed)
+    return new_method("dive", d, k, hp, seed=seed, device=device)
 
 
 def flops_per_vector(d: int, k: int, h: int) -> tuple[int, int]:
@@ -66,18 +66,24 @@ def generate(path: Path, n: int, d: int, seed: int = 0) -> None:
             w.write([f"doc{i}" for i in range(s, e)], rng.standard_normal((e - s, d), dtype=np.float32))
 
 
-def mm_rate(m: int, kk: int, n: int, repeats: int = 7) -> float:
-    """Median GFLOP/s of an (m x kk) @ (kk x n) float32 torch.mm, after warm-up."""
+def mm_rate(m: int, kk: int, n: int, repeats: int = 7, device: str = "cpu") -> float:
+    """Median GFLOP/s of an (m x kk) @ (kk x n) float32 torch.mm on ``device``, after warm-up."""
     import torch
 
-    a, b = torch.randn(m, kk), torch.randn(kk, n)
-    out = torch.empty(m, n)
+    def sync():
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize()
+
+    a, b = torch.randn(m, kk, device=device), torch.randn(kk, n, device=device)
+    out = torch.empty(m, n, device=device)
     for _ in range(2):
         torch.mm(a, b, out=out)
     times = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         torch.mm(a, b, out=out)
+        sync()
         times.append(time.perf_counter() - t0)
     return 2 * m * kk * n / statistics.median(times) / 1e9
 
@@ -89,7 +95,7 @@ def child(a) -> dict:
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    method = dive_method(a.d, a.k)
+    method = dive_method(a.d, a.k, device=a.device)
     h = int(method.hp["hidden"])
     rows = a.rows or compress.chunk_rows(method)
     rng = np.random.default_rng(1)
@@ -107,16 +113,17 @@ def child(a) -> dict:
     method.compress = timed
     out = Path(a.output)
     t0 = time.perf_counter()
-    compress.compress_file(method, a.input, out, a.encoding, rows=rows, progress=False)
+    compress.compress_file(method, a.input, out, a.encoding, rows=rows, device=a.device, progress=False)
     seconds = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    square = mm_rate(2048, 2048, 2048)
-    layers = [mm_rate(rows, a.d, h), mm_rate(rows, h, a.d)]
+    square = mm_rate(2048, 2048, 2048, device=a.device)
+    layers = [mm_rate(rows, a.d, h, device=a.device), mm_rate(rows, h, a.d, device=a.device)]
     machine = max(square, *layers)  # the best rate the machine showed: the conservative ratio
     executed, needed = flops_per_vector(a.d, a.k, h)
     n = a.n
     return {
         "benchmark": "compress_speed", "n": n, "d": a.d, "k": a.k, "hidden": h, "method": "dive",
+        "device": a.device, "gpu": torch.cuda.get_device_name(a.device) if a.device.startswith("cuda") else None,
         "format": a.format, "encoding": a.encoding, "chunk_rows": rows, "torch_threads": torch.get_num_threads(),
         "input_gb": round(os.path.getsize(a.input) / 1e9, 3), "output_mb": round(out.stat().st_size / 1e6, 1),
         "seconds": round(seconds, 3), "forward_seconds": round(forward[0], 3),
@@ -145,6 +152,7 @@ def main() -> None:
     ap.add_argument("--encoding", choices=("float32", "float16", "int8"), default="float32")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own)")
     ap.add_argument("--rows", type=int, default=0, help="chunk rows (default: dive_core.compress.chunk_rows)")
+    ap.add_argument("--device", default="cpu", help="torch device of the compressor (cpu | cuda)")
     ap.add_argument("--tmp", default=None, help="folder for the temporary files (default: the system's)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--input", help=argparse.SUPPRESS)
@@ -162,7 +170,7 @@ def main() -> None:
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         cmd = [sys.executable, "-m", "benchmarks.compress_speed", "--child", "--input", str(src), "--output", str(out),
                "--n", str(a.n), "--d", str(a.d), "--k", str(a.k), "--format", a.format, "--encoding", a.encoding,
-               "--threads", str(a.threads), "--rows", str(a.rows)]
+               "--threads", str(a.threads), "--rows", str(a.rows), "--device", a.device]
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"the measured run failed:\n{proc.stderr[-4000:]}")

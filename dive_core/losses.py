@@ -169,7 +169,7 @@ class L1ReconstructionLoss(nn.Module):
 
     def __init__(self, reduction: str = "sum"):
         super().__init__()
-        _l1(torch.zeros(1, 1), reduction)
+        _l1(torch.zeros(1, 1), reduction)  # cpu: validates the reduction name only
         self.reduction = reduction
 
     def forward(self, adapted: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:

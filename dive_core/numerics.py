@@ -29,6 +29,12 @@ and a warning says which mode the process runs in.
 OpenBLAS (numpy's and faiss-cpu's) and oneDNN need nothing: their kernels are chosen once per
 process from the CPU and the thread count (oneDNN: "run-to-run deterministic for a fixed
 environment"), which ``benchmarks/reproducibility.py`` checks across processes too.
+
+On a GPU, cuBLAS is reproducible only with a fixed workspace: :func:`configure` also sets
+``CUBLAS_WORKSPACE_CONFIG`` (:data:`DEFAULT_CUBLAS_WORKSPACE`, unless the user set it) before any
+CUDA context exists, and :func:`deterministic` turns on PyTorch's deterministic kernels (every
+training calls it through ``dive_core.training.set_seed``). Measured on an H100: the same DIVE
+training twice, and in separate processes, gives the same weights (docs/performance.md, GPU).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import sys
 import warnings
 
 DEFAULT_MKL_CBWR = "AUTO,STRICT"
+DEFAULT_CUBLAS_WORKSPACE = ":4096:8"  # cuBLAS's documented reproducible setting (8 buffers of 4 MiB)
 # MKL's named constants (mkl_cbwr.h)
 _STRICT = 0x10000
 _BRANCHES = {0: "OFF", 1: "BRANCH_OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
@@ -102,6 +109,7 @@ def configure() -> None:
     code = parse_mode(mode)  # a wrong user value fails here, naming the variable
     os.environ["MKL_CBWR"] = mode
     os.environ.setdefault("MKL_DYNAMIC", "FALSE")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", DEFAULT_CUBLAS_WORKSPACE)  # read by cuBLAS at its first handle
     mkl = _mkl()
     if mkl is None:
         return
@@ -113,6 +121,28 @@ def configure() -> None:
                       f"process, in mode {format_mode(get(_ALL))}. Import dive_core before torch (or set "
                       f"MKL_CBWR={mode} in the environment) for the same bytes in every process.",
                       RuntimeWarning, stacklevel=2)
+
+
+def deterministic() -> None:
+    """PyTorch's deterministic kernels, strictly: an operation with no deterministic CUDA kernel
+    raises (naming itself) instead of warning, so a GPU result is either reproducible or refused.
+    On the CPU every kernel the methods use is deterministic already."""
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", DEFAULT_CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+
+
+def cuda_mode() -> dict:
+    """What decides reproducibility on a GPU, as this process runs: PyTorch's deterministic flag,
+    cuBLAS's workspace, TF32 in matrix products."""
+    import torch
+
+    return {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 
 def mkl_mode() -> dict | None:

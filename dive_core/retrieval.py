@@ -1,6 +1,11 @@
 """Inner-product search with FAISS: the exact flat index (a GPU index when a GPU is present)
 and, for the quality-per-byte frontier, the same vectors stored in fewer bytes.
 
+Exact float32 search where a GPU is wanted (``use_gpu``) runs on FAISS's GPU index with
+faiss-gpu, else on PyTorch's CUDA matrix product and top-k (:class:`TorchCorpus`; pip installs
+faiss-cpu), else on the CPU (:class:`FlatCorpus`). The GPU's top 10 equals the CPU's on SciFact
+(``benchmarks/device_check.py``).
+
 Encodings of a d-dimensional float32 vector (``bytes_per_vector``):
 
 * ``float32`` (4d bytes): ``IndexFlatIP``, exact (:func:`search` on a CPU runs its kernel
@@ -84,22 +89,69 @@ class FlatCorpus:
                          metric=faiss.METRIC_INNER_PRODUCT)
 
 
+class TorchCorpus:
+    """Exact inner-product search on a CUDA device with PyTorch: the corpus once on the GPU in
+    float32 (TF32 off), scores by one matrix product per query batch, the top ``k`` by
+    ``torch.topk``; among equal scores the lower corpus row comes first (FAISS orders exact ties
+    as its heap leaves them), so the GPU's order does not depend on the kernel."""
+
+    def __init__(self, docs: np.ndarray, device: str = "cuda"):
+        import torch
+
+        self.device = torch.device(device)
+        self.docs = torch.as_tensor(np.ascontiguousarray(docs, dtype=np.float32), device=self.device)
+        self.ntotal = int(self.docs.shape[0])
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        q = torch.as_tensor(np.ascontiguousarray(queries, dtype=np.float32), device=self.device)
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False  # exact float32 products, as FAISS's
+        try:
+            scores = q @ self.docs.T
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        k = min(k, self.ntotal)
+        extra = min(self.ntotal, k + TIE_MARGIN)  # a few more, so ties at the cut are ordered by row
+        top, rows = torch.topk(scores, extra, dim=1, sorted=True)
+        order = np.lexsort((rows.cpu().numpy(), -top.cpu().numpy()), axis=1)[:, :k]
+        return (np.take_along_axis(top.cpu().numpy(), order, 1),
+                np.take_along_axis(rows.cpu().numpy().astype(np.int64), order, 1))
+
+
+TIE_MARGIN = 8  # candidates beyond k that TorchCorpus re-orders by (score, row)
+
+
 def search_index(docs: np.ndarray, use_gpu: bool | str = "auto", encoding: str = "float32"):
-    """What :func:`search` searches: a GPU index when asked for and present, otherwise for exact
-    float32 search a :class:`FlatCorpus` (no second copy), otherwise :func:`build_index`."""
+    """What :func:`search` searches: a FAISS GPU index when asked for and present; for exact
+    float32 search a :class:`TorchCorpus` on a CUDA device when a GPU is asked for and FAISS has
+    none, otherwise a :class:`FlatCorpus` (no second copy); otherwise :func:`build_index`."""
     if encoding == "float32" and not _gpu_wanted(use_gpu):
+        if use_gpu and _torch_cuda():
+            return TorchCorpus(docs)
         return FlatCorpus(docs)
     return build_index(docs, use_gpu, encoding)
 
 
+def _torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _gpu_wanted(use_gpu: bool | str) -> bool:
+    """Whether a FAISS GPU index is wanted and present (``use_gpu=True`` with no GPU at all, for
+    FAISS or for PyTorch, is refused)."""
     if not use_gpu:
         return False
-    import faiss
-
-    available = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-    if use_gpu is True and not available:
-        raise RuntimeError("a GPU FAISS index was requested but no GPU is available")
+    try:
+        import faiss
+    except ImportError:  # no FAISS: exact search can still run on PyTorch (TorchCorpus)
+        faiss = None
+    available = faiss is not None and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+    if use_gpu is True and not available and not _torch_cuda():
+        raise RuntimeError("a GPU search was requested but no GPU is available")
     return available
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -13,6 +12,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
+
+from . import numerics
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,7 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    numerics.deterministic()
 
 
 @dataclass
@@ -163,7 +163,7 @@ def run_epochs(
         # the epoch (the sum is non-finite too), naming the epoch.
         keys: list[str] = []
         sums = None  # the logged terms of the epoch, one float64 vector in the order of ``keys``
-        for idx in torch.randperm(n_items, generator=gen).split(batch_size):
+        for idx in torch.randperm(n_items, generator=gen).split(batch_size):  # cpu: one order on every device
             idx = idx.to(device)
             with autocast:
                 out = batch_loss(idx)

@@ -40,8 +40,8 @@ class Frame(nn.Module):
 
     def __init__(self, d: int):
         super().__init__()
-        self.register_buffer("mean", torch.zeros(d))
-        self.register_buffer("rotation", torch.eye(d))
+        self.register_buffer("mean", torch.zeros(d))  # cpu: the module moves to the device
+        self.register_buffer("rotation", torch.eye(d))  # cpu: the module moves to the device
         self.identity = True
 
     def fit_pca(self, docs: torch.Tensor) -> None:
@@ -83,6 +83,7 @@ class DIVECorpus(DIVE):
         out = self._dive_terms(data, idx)
         n, gam = int(self.hp["corpus_docs"]), float(self.hp["gamma_corpus"])
         if n and gam:
+            # cpu: one stream on every device
             rows = torch.randint(int(data.docs.shape[0]), (n,), generator=self._stream).to(data.device)
             zc = data.docs[rows]
             sc = torch.nn.functional.normalize(self.adapted(zc, width=self.k), dim=-1)

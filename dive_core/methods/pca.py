@@ -17,8 +17,8 @@ def covariance(x: torch.Tensor, chunk: int = 65536) -> tuple[torch.Tensor, torch
     """Mean and (population) covariance of the rows of ``x``, accumulated in float64 over
     ``chunk`` rows at a time."""
     n, d = x.shape
-    total = torch.zeros(d, dtype=torch.float64)
-    gram = torch.zeros(d, d, dtype=torch.float64)
+    total = torch.zeros(d, dtype=torch.float64)  # cpu: float64 sums on the CPU, chunk by chunk
+    gram = torch.zeros(d, d, dtype=torch.float64)  # cpu: as above
     for start in range(0, n, chunk):
         c = x[start:start + chunk].detach().cpu().double()
         total += c.sum(0)
@@ -45,8 +45,8 @@ class PCA(Method):
     type = "pca"
 
     def build(self) -> None:
-        self.mean = torch.zeros(self.d)
-        self.components = torch.eye(self.d)[:, : self.k].clone()
+        self.mean = torch.zeros(self.d)  # cpu: transform moves it to the input's device
+        self.components = torch.eye(self.d)[:, : self.k].clone()  # cpu: as above
 
     def fit(self, data, log, progress=True) -> None:
         import time

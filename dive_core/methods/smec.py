@@ -147,7 +147,7 @@ def gumbel_topk_mask(logits: torch.Tensor, k: int, tau: float,
     soft.detach())`` adds an exact zero) and back-propagates the gradient of the relaxation
     ``soft = softmax((logits + g) / tau)``; ``idx`` = the k chosen coordinates, ascending.
     """
-    u = torch.rand(logits.shape, generator=generator, dtype=torch.float32)
+    u = torch.rand(logits.shape, generator=generator, dtype=torch.float32)  # cpu: the same noise on every device
     g = (-torch.log(-torch.log(u.clamp_min(1e-20)))).to(device=logits.device, dtype=logits.dtype)
     perturbed = logits + g
     idx = topk_indices(perturbed, k)
@@ -295,7 +295,7 @@ class SMECStage(nn.Module):
         super().__init__()
         self.width_in, self.width_out = int(width_in), int(width_out)
         self.adapter = ResidualMLP(self.width_in, int(hidden))
-        self.importance = nn.Parameter(torch.zeros(self.width_in))
+        self.importance = nn.Parameter(torch.zeros(self.width_in))  # cpu: the module moves to the device
         self.register_buffer("selected", topk_indices(self.importance, self.width_out))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -418,8 +418,8 @@ class SMEC(TorchMethod):
         loss = out["rank_wide"] + out["rank_narrow"] + out["xbm_wide"] + out["xbm_narrow"]
         log = {k: v.detach() for k, v in out.items()}
         with torch.no_grad():
-            log.update(width_in=torch.tensor(float(st.width_in)), width_out=torch.tensor(float(st.width_out)),
-                       neighbours=valid.float().sum(1).mean() if valid.numel() else torch.tensor(0.0),
+            log.update(width_in=loss.new_tensor(float(st.width_in)), width_out=loss.new_tensor(float(st.width_out)),
+                       neighbours=valid.float().sum(1).mean() if valid.numel() else loss.new_zeros(()),
                        **{f"ads_{k}": v for k, v in ads_stats(st).items()})
         return {"loss": loss, **log}
 
