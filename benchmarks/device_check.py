@@ -11,9 +11,11 @@
     .venv/bin/python benchmarks/device_check.py --make-bundle .gpucarry
 
 (the embeddings, split, final triplets, the CPU results of seed 2027, the CPU's top 10 of the
-frozen vectors, SciFact's corpus and an fp16 copy of MiniLM: about 60 MB). The checks, in order
-(``--checks`` picks some; each result is written to ``--out`` as soon as it is known, and a
-check that would start after ``--budget-s`` seconds is skipped):
+frozen vectors, SciFact's corpus and an fp16 copy of MiniLM: about 60 MB). The checks run in the
+order of :data:`CHECKS` (roofline, search, embed, determinism, concurrency, shapes, compress, and
+train, the longest, last); ``--checks`` picks some; each result is written to ``--out`` as soon as
+it is known (train's method by method), and a check that would start after ``--budget-s`` seconds
+is skipped. What each measures:
 
 - ``roofline``: the matrix-product rate of the device (fp32, bf16) and the training step of every
   trained method on the real triplets (``--steps`` seeded batches, median of ``--repeats`` after a
