@@ -12,10 +12,13 @@ whatever N) is the compression's alone. The child warms up (two chunks), times t
 measures the machine's float32 matrix-product rate with the same threads: the best median rate of
 torch.mm at 2048^3 and at the adapter's two layer shapes at the chunk size (``matmul_gflops``).
 
-FLOPs per vector are those the forward pass executes (DIVE.transform computes the whole residual
-adapter, d -> hidden -> d, and keeps the first k coordinates): 2dh + 2hd multiply-adds, plus the
-biases, ReLU, residual and the normalisations; `flops_per_vector_needed` counts only what head 1
-needs (2dh + 2hk + ...), and `useful_flop_ratio` is the rate in those. The last line is a JSON
+FLOPs per vector: `flops_per_vector_needed` counts what head 1 needs (input normalisation, 2dh + h
+for the up-projection and ReLU, 2hk + k for the first k rows of the down-projection, the residual,
+the output normalisation), and `useful_flop_ratio` is the rate in those; `flops_per_vector_executed`
+adds the matrix-product FLOPs the forward pass computes beyond them (PyTorch's FlopCounterMode on one
+batch): DIVE.transform computes head 1 alone, so the two are equal; `--full-width` times the former
+forward pass (the whole adapter d -> hidden -> d, then the first k columns kept), the before/after
+pair in one run. The last line is a JSON
 object: peak_rss_mb, vectors_per_s, flop_ratio (end to end / machine rate), compute_flop_ratio
 (forward passes alone), the CPU (dive_core.provenance.runtime), torch threads, N, chunk rows.
 """
@@ -45,6 +48,16 @@ def dive_method(d: int, k: int, seed: int = 0, device: str = "cpu"):
     cfg = dcfg.load_yaml(REPO / "config" / "config.yaml")
     hp = resolve_hparams("dive", dict(cfg["methods"]["dive"]), cfg["training"])
     return new_method("dive", d, k, hp, seed=seed, device=device)
+
+
+def counted_matmul_flops(method, d: int, rows: int = 256) -> float:
+    """Matrix-product FLOPs per vector of ``method.transform``, counted by PyTorch."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as fc, torch.no_grad():
+        method.transform(torch.zeros(rows, d, device=method.device))
+    return fc.get_total_flops() / rows
 
 
 def flops_per_vector(d: int, k: int, h: int) -> tuple[int, int]:
@@ -96,6 +109,8 @@ def child(a) -> dict:
     if a.threads:
         torch.set_num_threads(a.threads)
     method = dive_method(a.d, a.k, device=a.device)
+    if a.full_width:  # the former DIVE.transform: the whole adapter output, then k columns
+        method.transform = lambda x: method.adapted(x)[:, : method.k]
     h = int(method.hp["hidden"])
     rows = a.rows or compress.chunk_rows(method)
     rng = np.random.default_rng(1)
@@ -119,10 +134,11 @@ def child(a) -> dict:
     square = mm_rate(2048, 2048, 2048, device=a.device)
     layers = [mm_rate(rows, a.d, h, device=a.device), mm_rate(rows, h, a.d, device=a.device)]
     machine = max(square, *layers)  # the best rate the machine showed: the conservative ratio
-    executed, needed = flops_per_vector(a.d, a.k, h)
+    _, needed = flops_per_vector(a.d, a.k, h)
+    executed = needed + round(counted_matmul_flops(method, a.d) - (2 * a.d * h + 2 * h * a.k))
     n = a.n
     return {
-        "benchmark": "compress_speed", "n": n, "d": a.d, "k": a.k, "hidden": h, "method": "dive",
+        "benchmark": "compress_speed", "n": n, "d": a.d, "k": a.k, "hidden": h, "method": "dive", "full_width": a.full_width,
         "device": a.device, "gpu": torch.cuda.get_device_name(a.device) if a.device.startswith("cuda") else None,
         "format": a.format, "encoding": a.encoding, "chunk_rows": rows, "torch_threads": torch.get_num_threads(),
         "input_gb": round(os.path.getsize(a.input) / 1e9, 3), "output_mb": round(out.stat().st_size / 1e6, 1),
@@ -153,6 +169,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own)")
     ap.add_argument("--rows", type=int, default=0, help="chunk rows (default: dive_core.compress.chunk_rows)")
     ap.add_argument("--device", default="cpu", help="torch device of the compressor (cpu | cuda)")
+    ap.add_argument("--full-width", action="store_true", help="time the former whole-adapter forward pass")
     ap.add_argument("--tmp", default=None, help="folder for the temporary files (default: the system's)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--input", help=argparse.SUPPRESS)
@@ -170,7 +187,7 @@ def main() -> None:
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         cmd = [sys.executable, "-m", "benchmarks.compress_speed", "--child", "--input", str(src), "--output", str(out),
                "--n", str(a.n), "--d", str(a.d), "--k", str(a.k), "--format", a.format, "--encoding", a.encoding,
-               "--threads", str(a.threads), "--rows", str(a.rows), "--device", a.device]
+               "--threads", str(a.threads), "--rows", str(a.rows), "--device", a.device] + (["--full-width"] if a.full_width else [])
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"the measured run failed:\n{proc.stderr[-4000:]}")

@@ -422,6 +422,28 @@ def test_dive_training_leaves_the_unread_down_projection_rows_at_zero(problem):
     assert torch.count_nonzero(down.weight[:used]) > 0
 
 
+@pytest.mark.parametrize("type_name", ["dive", "dive_corpus"])
+def test_dive_transform_computes_head_one_alone_with_the_whole_adapters_values(problem, type_name):
+    """transform computes only the k kept rows of the down-projection (half the FLOPs at 768 -> 64,
+    benchmarks/compress_speed.py); its values are the whole adapter's first k columns."""
+    hp = {**DIVE_HP, "epochs": 2, **({"init": "pca", "corpus_docs": 0, "gamma_corpus": 0.0}
+                                     if type_name == "dive_corpus" else {})}
+    m = new_method(type_name, problem.d, problem.k, hp, 0)
+    fit(m, problem)
+    x = torch.as_tensor(problem.docs)
+    with torch.no_grad():
+        whole = m.adapted(x)
+        assert whole.shape[1] == problem.d
+        torch.testing.assert_close(m.transform(x), whole[:, : problem.k], rtol=0, atol=1e-6)
+    calls = []
+    down = m.net["adapter"].down
+    handle = down.register_forward_hook(lambda *a: calls.append(1))
+    with torch.no_grad():
+        m.transform(x)
+    handle.remove()
+    assert calls == []  # the d-wide down-projection module never ran: only its first k rows did
+
+
 # --------------------------------------------------------------------------- dive_corpus
 CORPUS_HP = {**DIVE_HP, "init": "identity", "corpus_docs": 0, "gamma_corpus": 0.0}
 

@@ -59,4 +59,4 @@ class DIVE(TorchMethod):
                 "view": (lam * view).detach(), "geo": (gam * geo).detach(), "rho": rho}
 
     def transform(self, x):
-        return self.adapted(x)[:, : self.k]  # head 1; compress() normalises it
+        return self.adapted(x, width=self.k)  # head 1 alone (compress() normalises it)

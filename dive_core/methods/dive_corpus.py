@@ -95,4 +95,4 @@ class DIVECorpus(DIVE):
         return out
 
     def transform(self, x):
-        return self.adapted(x)[:, : self.k]
+        return self.adapted(x, width=self.k)  # head 1 alone
