@@ -355,7 +355,7 @@ def test_compress_in_place_equals_a_new_matrix_and_evaluation_can_consume_the_co
 
 
 def test_compress_batches_stay_within_their_memory_budget(monkeypatch):
-    """By default a compress batch holds at most COMPRESS_BATCH_BYTES of float32 intermediates
+    """By default a compress batch holds at most COMPRESS_BATCH_BYTES[device] of float32 intermediates
     (input, the adapter's hidden layer twice, output), so evaluating a large corpus adds a
     bounded amount of memory; the vectors equal one-batch compression."""
     from dive_core.methods import base, new_method
@@ -368,7 +368,7 @@ def test_compress_batches_stay_within_their_memory_budget(monkeypatch):
     seen = []
     real = m.transform
     monkeypatch.setattr(m, "transform", lambda xb: (seen.append(len(xb)), real(xb))[1])
-    monkeypatch.setattr(base, "COMPRESS_BATCH_BYTES", 4 * (32 + 8 + 2 * 64) * 300)  # 300 rows' intermediates
+    monkeypatch.setitem(base.COMPRESS_BATCH_BYTES, "cpu", 4 * (32 + 8 + 2 * 64) * 300)  # 300 rows' intermediates
     np.testing.assert_allclose(m.compress(docs), whole, rtol=0, atol=1e-6)
     assert seen == [300, 300, 300, 100]
 

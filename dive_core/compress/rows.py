@@ -11,16 +11,23 @@ from ..vectors import CHUNK_ROWS, VectorFile
 from .errors import CompressError
 
 MIN_BATCH = 64  # rows of the smallest compute batch: below ~12, BLAS takes other kernels (other last bits)
-COMPUTE_BYTES = 128 << 20  # float32 intermediates of one compute chunk (input, hidden layers, output)
+# float32 intermediates of one compute chunk (input, hidden layers, output), by device type. On a CPU,
+# 32 MB chunks compress 768 -> 64 at 0.80 of the matrix-product rate (useful FLOPs, mean of 4 runs,
+# 0.78-0.82) against 0.69 for 128 MB ones, whose hidden layer falls out of cache (2 EPYC cores,
+# benchmarks/compress_speed.py, docs/performance.md); a GPU wants large ones.
+COMPUTE_BYTES = {"cpu": 32 << 20, "cuda": 128 << 20}
 WRITE_BYTES = 16 << 20  # one written block of output rows (a Parquet row group)
 
 
 def chunk_rows(method) -> int:
     """Rows compressed at once: as many as keep one chunk's float32 intermediates (input, the
-    adapter's hidden layer and its activation, output) within :data:`COMPUTE_BYTES`, a multiple of
-    :data:`MIN_BATCH` (large matrix products, bounded memory)."""
+    adapter's hidden layer and its activation, output) within :data:`COMPUTE_BYTES` of the method's
+    device type, a multiple of :data:`MIN_BATCH` (large matrix products, bounded memory)."""
+    import torch
+
     width = int(method.d) + int(method.k) + 2 * int(method.hp.get("hidden", method.d))
-    rows = COMPUTE_BYTES // (4 * width)
+    budget = COMPUTE_BYTES.get(torch.device(getattr(method, "device", "cpu")).type, COMPUTE_BYTES["cuda"])
+    rows = budget // (4 * width)
     return int(min(CHUNK_ROWS, max(MIN_BATCH, rows - rows % MIN_BATCH)))
 
 
