@@ -12,7 +12,7 @@ from snakemake.utils import min_version, validate
 sys.path.insert(0, workflow.basedir)
 
 from dive_core import config as dcfg
-from dive_core import plan
+from dive_core import plan, resources
 
 min_version("9.0")
 
@@ -45,6 +45,18 @@ PLAN = plan.resolve(
     defaults=dcfg.load_yaml(DEFAULT_CONFIG),
     registry_file=CONFIG["dataset_registry"],
 )
+
+
+# A local `--resources gpu=N` holds N x trainings_per_gpu GPU shares: train jobs take one share each,
+# every other GPU job a whole GPU's (dive_core.resources.gpu_resources). Only the submitting process
+# registers it; a cluster job's own Snakemake gets its group's resources.
+if workflow.is_main_process:
+    _gpus = workflow.global_resources.get("gpu").value
+    if _gpus is not None and workflow.global_resources.get("gpu_share").value is None:
+        workflow.register_resource(
+            "gpu_share",
+            resources.gpu_share_capacity(_gpus, PLAN.setting("trainings_per_gpu")),
+        )
 
 
 report: "report/workflow.rst"

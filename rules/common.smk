@@ -39,6 +39,19 @@ wildcard_constraints:
 PLAN.check_default_backbone()
 
 
+def gpu_resource(rule, what, needs_gpu=None):
+    """A `resources:` callable: `what` (gpu, gpu_share or gres) of a job of `rule` asking for the
+    config's `gpu:` count of that rule (dive_core.resources.gpu_resources; train jobs share a GPU,
+    `trainings_per_gpu` at a time). `needs_gpu(wildcards)`: False where a job runs on the CPU anyway."""
+
+    def resource(wildcards):
+        gpus = PLAN.setting("gpu", rule) if needs_gpu is None or needs_gpu(wildcards) else 0
+        shared = rule in resources.SHARED_GPU_RULES
+        return resources.gpu_resources(gpus, PLAN.setting("trainings_per_gpu"), shared)[what]
+
+    return resource
+
+
 def job_resource(kind, what, extra_mb=0):
     """A `resources:` callable: `what` (mem_mb or runtime) of a `kind` job from the size of what
     it reads (dive_core.resources). <TBD> while an input does not exist yet: the scheduler

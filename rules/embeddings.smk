@@ -34,7 +34,8 @@ rule embed_part:
         "../envs/embed-gpu.yaml"
     threads: PLAN.setting("threads", "embed")
     resources:
-        gpu=PLAN.setting("gpu", "embed"),
+        gpu=gpu_resource("embed", "gpu"),
+        gpu_share=gpu_resource("embed", "gpu_share"),
         mem_mb=job_resource("embed", "mem_mb"),
         runtime=job_resource("embed", "runtime"),
     params:
@@ -63,7 +64,8 @@ rule embed:
     threads: PLAN.setting("threads", "embed")
     resources:
         # a gather, or ingesting a vectors backbone's files, needs no GPU
-        gpu=lambda wc: 0 if PLAN.embed_parts(wc) or PLAN.vector_files(wc) else PLAN.setting("gpu", "embed"),
+        gpu=gpu_resource("embed", "gpu", PLAN.embeds_here),
+        gpu_share=gpu_resource("embed", "gpu_share", PLAN.embeds_here),
         mem_mb=job_resource("embed", "mem_mb"),
         runtime=job_resource("embed", "runtime"),
     params:

@@ -18,7 +18,8 @@ rule evaluate:
         "../envs/train-gpu.yaml"
     threads: PLAN.setting("threads", "evaluate")
     resources:
-        gpu=PLAN.setting("gpu", "evaluate"),
+        gpu=gpu_resource("evaluate", "gpu"),
+        gpu_share=gpu_resource("evaluate", "gpu_share"),
         mem_mb=job_resource("evaluate", "mem_mb"),
         runtime=job_resource("evaluate", "runtime"),
     params:

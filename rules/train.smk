@@ -15,7 +15,9 @@ rule train:
         "../envs/train-gpu.yaml"
     threads: PLAN.setting("threads", "train")
     resources:
-        gpu=PLAN.setting("gpu", "train"),
+        gpu=gpu_resource("train", "gpu"),
+        gpu_share=gpu_resource("train", "gpu_share"),
+        gres=gpu_resource("train", "gres"),
         mem_mb=job_resource("train", "mem_mb"),
         runtime=job_resource("train", "runtime"),
     params:

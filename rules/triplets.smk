@@ -15,7 +15,8 @@ rule triplets:
         "../envs/data.yaml"
     threads: 1
     resources:
-        gpu=lambda wc: PLAN.setting("gpu", "triplets") if PLAN.hard_negatives(wc) else 0,
+        gpu=gpu_resource("triplets", "gpu", PLAN.hard_negatives),
+        gpu_share=gpu_resource("triplets", "gpu_share", PLAN.hard_negatives),
         mem_mb=job_resource("text", "mem_mb"),
         runtime=job_resource("text", "runtime"),
     params:

@@ -127,3 +127,47 @@ def test_a_cluster_without_sinfo_is_named():
 
     with pytest.raises(resources.ClusterFitError, match="cannot list the cluster's nodes with sinfo"):
         resources.check_cluster_fit([], sinfo=missing)
+
+
+def test_gpu_resources_share_one_gpu_between_trainings_only():
+    # a training at trainings_per_gpu = 8: no whole GPU, one share, and gres for SLURM
+    assert resources.gpu_resources(1, 8, shared=True) == {"gpu": 0, "gpu_share": 1, "gres": "gpu:1"}
+    # a whole-GPU job takes every share of its GPU, so it never runs beside trainings on it
+    assert resources.gpu_resources(1, 8) == {"gpu": 1, "gpu_share": 8, "gres": ""}
+    assert resources.gpu_resources(2, 8, shared=True) == {"gpu": 2, "gpu_share": 16, "gres": ""}
+    assert resources.gpu_resources(1, 1, shared=True) == {"gpu": 1, "gpu_share": 1, "gres": ""}  # sharing off
+    assert resources.gpu_resources(0, 8, shared=True) == {"gpu": 0, "gpu_share": 0, "gres": ""}  # gpu=0: CPU
+    assert resources.gpu_share_capacity(1, 8) == 8
+    with pytest.raises(ValueError, match="trainings_per_gpu"):
+        resources.gpu_resources(1, 0)
+
+
+def test_gres_gpus_counts_gpus_in_slurm_gres_strings():
+    for gres, n in [("gpu:2", 2), ("gpu:a100:2", 2), ("gpu", 1), ("gpu:a100", 1), ("shard:8", 0),
+                    ("gpu:1,shard:8", 1), ("gpu:h100:4(S:0-1)", 4), ("", 0), ("(null)", 0)]:
+        assert resources.gres_gpus(gres) == n, gres
+
+
+def test_a_group_of_shared_trainings_asks_slurm_for_one_gpu():
+    """Snakemake sums a group job's integer resources over its parallel members but passes a string
+    once: eight trainings grouped into one SLURM job ask for --gres=gpu:1, eight shares, 16 CPUs."""
+    from types import SimpleNamespace
+
+    from snakemake.resources import GroupResources, Resources
+
+    one = {"_cores": 2, "_nodes": 1, "mem_mb": 1000, "runtime": 10, **resources.gpu_resources(1, 8, shared=True)}
+    group = GroupResources.basic_layered([[SimpleNamespace(resources=dict(one), is_pipe=False, pipe_group=None,
+                                                           is_service=False) for _ in range(8)]],
+                                         Resources(), run_local=False)
+    assert (group["gres"], group["gpu"], group["gpu_share"], group["_cores"]) == ("gpu:1", 0, 8, 16)
+
+
+def test_a_shared_training_on_a_cpu_partition_is_refused_by_its_gres():
+    from types import SimpleNamespace
+
+    job = SimpleNamespace(is_local=False, rule=SimpleNamespace(name="train"), threads=2, output=["m.pt"],
+                          resources={"gres": "gpu:1", "gpu": 0, "mem_mb": 1000})
+    [request] = resources.job_requests([job])
+    assert request["gpus"] == 1
+    problems = resources.unschedulable([request], resources.parse_sinfo("n1|cpu*|8|16000|(null)"))
+    assert problems and "1 GPU(s)" in problems[0]

@@ -604,3 +604,32 @@ def test_slurm_profile_plans_the_same_jobs(tmp_path):
     for switch in ("gpu=0", "gpu={embed: 0, train: 0, evaluate: 0, efficiency: 0, triplets: 0}"):
         out = snakemake(work, "--profile", str(profile), "--config", switch, "-n")
         assert "gpu=1" not in out.stdout + out.stderr and "gpu=0" in out.stdout + out.stderr, switch
+
+
+def most_at_once(stdout: str, rule: str) -> int:
+    """The most jobs of ``rule`` running at once, from Snakemake's log (job starts and finishes)."""
+    running, started, most = set(), False, 0
+    for line in stdout.splitlines():
+        if re.match(rf"^(local)?rule {rule}:", line.strip()):
+            started = True
+        elif started and (m := re.match(r"^\s*jobid: (\d+)", line)):
+            running.add(m.group(1))
+            started = False
+            most = max(most, len(running))
+        elif m := re.match(r"^Finished jobid: (\d+)", line.strip()):
+            running.discard(m.group(1))
+    return most
+
+
+def test_one_gpu_runs_trainings_per_gpu_trainings_at_once(tmp_path):
+    """`--resources gpu=1` holds trainings_per_gpu shares: of three trainings, two run side by side
+    with 2 (never three: the Snakefile registers the shares), one at a time with 1 (each then takes a
+    whole GPU), although the cores would run all three."""
+    targets = [RUN.format(method=m, k=64) + "/model.pt" for m in ("dive", "mrl", "autoencoder")]
+    args = ("--cores", "6", "--resources", "gpu=1", "--config", "device=cpu")  # --config last: it takes the rest
+    shared = snakemake(tmp_path, *targets, *args, "trainings_per_gpu=2")
+    log = shared.stdout + shared.stderr
+    assert log.count("rule train:") == 3 and most_at_once(log, "train") == 2, log[-3000:]
+    alone = snakemake(tmp_path, *targets, "--forcerun", "train", *args, "trainings_per_gpu=1")
+    log = alone.stdout + alone.stderr
+    assert log.count("rule train:") == 3 and most_at_once(log, "train") == 1, log[-3000:]

@@ -260,6 +260,11 @@ class Plan:
         return [paths.EMBED_PART.format(dataset=w["dataset"], backbone=w["backbone"], part=p)
                 for p in paths.part_names(n)]
 
+    def embeds_here(self, w: Any) -> bool:
+        """Whether rule ``embed`` runs the encoder itself (a gather of shards, or ingesting a
+        vectors backbone's files, needs no GPU)."""
+        return not (self.embed_parts(w) or self.vector_files(w))
+
     def triplet_inputs(self, w: Any) -> dict:
         w = _wildcards(w)
         inputs = {"source": paths.SOURCE.format(**w), "splits": paths.SPLITS.format(**w)}
