@@ -508,3 +508,24 @@ def test_workflow_compress_target_gathers_the_bytes_dive_compress_writes(tmp_pat
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "compress.pq8 reads" in text and "its output is results/compressed/pq8.parquet" in text
+
+
+def test_sq8_codes_saturate_beyond_the_calibrated_range_and_never_wrap():
+    """Hand-computed: code = int(255 * clip((y - vmin) / vdiff, 0, 1)) - 128. Values past the range a
+    file was calibrated on (drift: a corpus that grew) land on -128 / 127, never wrap to the other end."""
+    from dive_core.compress import sq8_decode, sq8_encode
+
+    vmin = np.array([0.0, -1.0, 0.5], np.float32)
+    vdiff = np.array([1.0, 2.0, 0.0], np.float32)  # the third coordinate is constant in calibration
+    y = np.array([[0.0, -1.0, 0.5],        # the lower ends
+                  [1.0, 1.0, 0.5],         # the upper ends
+                  [0.5, 0.0, 0.5],         # the middle: int(127.5) = 127 -> -1
+                  [1.5, 3.0, 9.0],         # past the top
+                  [-7.0, -100.0, -9.0],    # past the bottom
+                  [1e30, -1e30, 0.5]], np.float32)
+    codes = sq8_encode(y, vmin, vdiff)
+    assert codes.dtype == np.int8
+    assert codes.tolist() == [[-128, -128, -128], [127, 127, -128], [-1, -1, -128],
+                              [127, 127, -128], [-128, -128, -128], [127, -128, -128]]
+    back = sq8_decode(codes, vmin, vdiff)
+    np.testing.assert_allclose(back[3, :2], vmin[:2] + 255.5 / 255 * vdiff[:2], rtol=1e-6)  # the top cell, not the bottom
