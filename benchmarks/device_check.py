@@ -358,12 +358,23 @@ def check_search(ctx: Context) -> dict:
     return out
 
 
+def corpus_file(folder: Path) -> Path:
+    """The corpus file (``corpus.jsonl`` or ``.jsonl.gz``) of a staged BEIR dataset folder."""
+    from dive_core.data.load import CORPUS, one_of
+
+    return one_of(Path(folder), CORPUS)
+
+
 def embed_texts(ctx: Context) -> list[str]:
+    """The first ``--embed-docs`` documents as the workflow encodes them: the bundle's corpus, else
+    the workflow's staged copy (``--beir``)."""
     from dive_core.data.load import load_corpus
 
-    f = Path(ctx.a.results) / ctx.a.dataset / "corpus.jsonl.gz"
-    if not f.is_file():
-        f = Path(ctx.a.beir) / ctx.a.dataset / "corpus.jsonl.gz"
+    bundled = Path(ctx.a.results) / ctx.a.dataset
+    try:
+        f = corpus_file(bundled)
+    except Exception:  # noqa: BLE001 - not a bundle: the staged dataset
+        f = corpus_file(Path(ctx.a.beir) / ctx.a.dataset)
     corpus = load_corpus(f)
     return [f"{d['title']} {d['text']}".strip() for d in list(corpus.values())[:ctx.a.embed_docs]]
 
@@ -539,7 +550,8 @@ def make_bundle(a) -> None:
         if f.is_file():
             (ds / name).mkdir()
             shutil.copy(f, ds / name / f.name)
-    shutil.copy(Path(a.beir) / a.dataset / "corpus.jsonl.gz", ds / "corpus.jsonl.gz")
+    corpus = corpus_file(Path(a.beir) / a.dataset)
+    shutil.copy(corpus, ds / corpus.name)
     a.results = str(src)
     ctx = Context(argparse.Namespace(**{**vars(a), "methods": []}))
     (ds / "cpu_top10.json").write_text(json.dumps(cpu_top10(ctx)))
@@ -571,7 +583,7 @@ def main() -> None:
     ap.add_argument("--precision", default="fp32", choices=tuple(DTYPES))
     ap.add_argument("--config", default="config/config.yaml")
     ap.add_argument("--results", default="results", help="a results folder, or a bundle (--make-bundle)")
-    ap.add_argument("--beir", default="../shared/data/beir", help="BEIR collections (for --make-bundle)")
+    ap.add_argument("--beir", default="data/beir", help="the workflow's staged BEIR datasets (for --make-bundle)")
     ap.add_argument("--dataset", default="scifact")
     ap.add_argument("--backbone", default="minilm")
     ap.add_argument("--stage", default="final", choices=("select", "final"))

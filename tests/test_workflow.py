@@ -633,3 +633,29 @@ def test_one_gpu_runs_trainings_per_gpu_trainings_at_once(tmp_path):
     alone = snakemake(tmp_path, *targets, "--forcerun", "train", *args, "trainings_per_gpu=1")
     log = alone.stdout + alone.stderr
     assert log.count("rule train:") == 3 and most_at_once(log, "train") == 1, log[-3000:]
+
+
+def test_the_device_check_runs_from_a_bundle_of_the_workflows_artefacts(workdir, tmp_path):
+    """benchmarks/device_check.py, the one script a GPU session runs, on the CPU: its bundle from
+    this workflow's artefacts, then its checks from the bundle alone (short epochs)."""
+    script = REPO / "benchmarks" / "device_check.py"
+    common = ["--dataset", DS, "--seed", "2027"]  # the default config/config.yaml's hyperparameters
+    bundle = tmp_path / "bundle"
+    subprocess.run([sys.executable, str(script), "--make-bundle", str(bundle), "--results", str(workdir / "results"),
+                    "--beir", str(workdir / "data" / "beir"), "--methods", "dive", "mrl", *common], cwd=REPO, check=True,
+                   capture_output=True, text=True, timeout=600)
+    out = tmp_path / "check.json"
+    proc = subprocess.run([sys.executable, str(script), "--device", "cpu", "--results", str(bundle), "--epochs", "2",
+                           "--checks", "search", "embed", "determinism", "train", "--methods", "dive", "mrl",
+                           "--embed-docs", "40", "--out", str(out), *common],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert not report["failed"], report["failed"]
+    checks = report["checks"]
+    assert checks["search"]["top10_differ"] == 0 and checks["search"]["index"] == "FlatCorpus"
+    assert checks["embed"]["min_cosine_bf16_fp32"] > 0.99
+    assert checks["embed"]["min_cosine_device_fp32_vs_cpu_fp32"] > 0.9999
+    assert checks["determinism"]["identical"]
+    assert set(checks["train"]) == {"dive", "mrl"}
+    assert all(v["cpu_ndcg@10"] is not None and v["epochs"] == 2 for v in checks["train"].values())

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from ..splits import split_ids
-from .load import CORPUS, QUERIES, DataError, _json_record, _LineError, _one_of, _qrels_row
+from .load import CORPUS, QUERIES, DataError, _json_record, _LineError, one_of, _qrels_row
 
 CHECK_LIMIT = 20
 BEIR_SPLITS = ("train", "dev", "test")
@@ -211,7 +211,7 @@ def _layout(root: Path, report: CollectionReport) -> tuple[Path | None, Path | N
     found: list[Path | None] = []
     for name in (CORPUS, QUERIES):
         try:
-            found.append(_one_of(root, name))
+            found.append(one_of(root, name))
         except DataError as exc:
             report.add("layout", str(exc))
             found.append(None)

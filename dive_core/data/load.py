@@ -57,7 +57,7 @@ def read_decompressed(path: Path) -> bytes:
 # --------------------------------------------------------------------------- layout
 
 
-def _one_of(root: Path, name: str) -> Path:
+def one_of(root: Path, name: str) -> Path:
     """``root/name`` or ``root/name.gz``; error if neither or both exist."""
     plain, gz = root / name, root / f"{name}.gz"
     found = [p for p in (plain, gz) if p.exists()]
@@ -73,7 +73,7 @@ def dataset_files(root: str | os.PathLike) -> dict[str, Path]:
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"{root}: BEIR dataset directory not found")
-    files = {CORPUS: _one_of(root, CORPUS), QUERIES: _one_of(root, QUERIES)}
+    files = {CORPUS: one_of(root, CORPUS), QUERIES: one_of(root, QUERIES)}
     qdir = root / "qrels"
     qrels = sorted(qdir.glob("*.tsv")) + sorted(qdir.glob("*.tsv.gz")) if qdir.is_dir() else []
     if not qrels:
