@@ -75,7 +75,7 @@ if __package__ in (None, ""):  # run as a script: the checkout in the working di
     sys.path.insert(0, str(Path.cwd()))
 
 from dive_core import config as dcfg
-from dive_core import numerics, plan, provenance, records, retrieval, splits
+from dive_core import atomic, numerics, plan, provenance, records, retrieval, splits
 from dive_core.embeddings import read_embeddings
 from dive_core.methods import new_method
 from dive_core.evaluation import evaluate_method
@@ -180,7 +180,6 @@ def fit_method(ctx: Context, name: str, hp: dict | None = None, strict: bool = T
             if "deterministic" not in str(e) or not strict:
                 raise
             refused = str(e).splitlines()[0][:400]
-            torch.use_deterministic_algorithms(True, warn_only=True)
             try:
                 m = new(name, hp, ctx.emb.dim, ctx.a.k, ctx.a.seed, ctx.dev, ctx.a.precision)
                 torch.use_deterministic_algorithms(True, warn_only=True)  # new() seeds and sets it strict again
@@ -368,7 +367,7 @@ def corpus_file(folder: Path) -> Path:
 def embed_texts(ctx: Context) -> list[str]:
     """The first ``--embed-docs`` documents as the workflow encodes them: the bundle's corpus, else
     the workflow's staged copy (``--beir``)."""
-    from dive_core.data.load import load_corpus
+    from dive_core.data.load import document_text, load_corpus
 
     bundled = Path(ctx.a.results) / ctx.a.dataset
     try:
@@ -376,7 +375,7 @@ def embed_texts(ctx: Context) -> list[str]:
     except Exception:  # noqa: BLE001 - not a bundle: the staged dataset
         f = corpus_file(Path(ctx.a.beir) / ctx.a.dataset)
     corpus = load_corpus(f)
-    return [f"{d['title']} {d['text']}".strip() for d in list(corpus.values())[:ctx.a.embed_docs]]
+    return [document_text(d) for d in list(corpus.values())[:ctx.a.embed_docs]]
 
 
 def backbone(model: str, precision: str, device: str):
@@ -473,7 +472,7 @@ def check_concurrency(ctx: Context) -> dict:
                 else:
                     res.append(json.loads(so.strip().splitlines()[-1]))
         ok = [r for r in res if "error" not in r]
-        wall = max((r["seconds"] for r in ok), default=float("nan"))
+        wall = max((r["seconds"] for r in ok), default=None)
         total = sum(r["steps"] for r in ok)
         out[str(n)] = {"processes": n, "ok": len(ok), "threads_each": threads, "wall_seconds": wall,
                        "steps_per_s": total / wall if ok else None,
@@ -569,11 +568,8 @@ def make_bundle(a) -> None:
 
 
 def write_out(path: str | None, out: dict) -> None:
-    if not path:
-        return
-    tmp = Path(path).with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1, default=str))
-    os.replace(tmp, path)
+    if path:
+        atomic.write_json(path, json.loads(json.dumps(out, default=str)))
 
 
 def main() -> None:

@@ -129,8 +129,7 @@ def deterministic() -> None:
     On the CPU every kernel the methods use is deterministic already."""
     import torch
 
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", DEFAULT_CUBLAS_WORKSPACE)
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True)  # CUBLAS_WORKSPACE_CONFIG: set by configure()
     torch.backends.cudnn.benchmark = False
 
 

@@ -114,10 +114,9 @@ class TorchCorpus:
             torch.backends.cuda.matmul.allow_tf32 = tf32
         k = min(k, self.ntotal)
         extra = min(self.ntotal, k + TIE_MARGIN)  # a few more, so ties at the cut are ordered by row
-        top, rows = torch.topk(scores, extra, dim=1, sorted=True)
-        order = np.lexsort((rows.cpu().numpy(), -top.cpu().numpy()), axis=1)[:, :k]
-        return (np.take_along_axis(top.cpu().numpy(), order, 1),
-                np.take_along_axis(rows.cpu().numpy().astype(np.int64), order, 1))
+        top, rows = (t.cpu().numpy() for t in torch.topk(scores, extra, dim=1, sorted=True))  # one copy each
+        order = np.lexsort((rows, -top), axis=1)[:, :k]
+        return np.take_along_axis(top, order, 1), np.take_along_axis(rows.astype(np.int64), order, 1)
 
 
 TIE_MARGIN = 8  # candidates beyond k that TorchCorpus re-orders by (score, row)

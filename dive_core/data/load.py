@@ -249,9 +249,13 @@ class BeirDataset:
         return out
 
     def doc_text(self, did: str) -> str:
-        """Documents are encoded as ``title + " " + text`` (stripped)."""
-        d = self.corpus[did]
-        return f"{d['title']} {d['text']}".strip()
+        """Documents are encoded as ``title + " " + text`` (stripped): :func:`document_text`."""
+        return document_text(self.corpus[did])
+
+
+def document_text(doc: Mapping[str, str]) -> str:
+    """What a corpus entry (``{"title", "text"}``) is encoded as: ``title + " " + text``, stripped."""
+    return f"{doc['title']} {doc['text']}".strip()
 
 
 def load_beir(
