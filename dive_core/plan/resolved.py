@@ -60,6 +60,13 @@ class Backbone:
         :data:`SCHEDULING_KEYS`. The one rule for every job."""
         return {k: thaw(v) for k, v in self.entry.items() if k not in SCHEDULING_KEYS}
 
+    @property
+    def fetch_spec(self) -> dict:
+        """What rule fetch_model needs: ``source``, ``revision`` (of the hub, "" without one) and
+        ``weights_sha256``."""
+        return {"source": thaw(self.entry["source"]), "revision": self.entry.get("revision", ""),
+                "weights_sha256": self.entry["weights_sha256"]}
+
 
 def _wildcards(w: Any) -> dict:
     return dict(w.items()) if hasattr(w, "items") else dict(w)
