@@ -22,34 +22,46 @@ PY311 := import sys; v = sys.version_info; sys.exit(0 if v[:2] == (3, 11) else f
 # already find that wheel (find-links, a local mirror), the install adds PyTorch's CPU index; when
 # it can (offline machines with a wheel cache), no index is added, so nothing waits on the network.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-TORCH_PIN = $(shell sed -n 's/^\(torch==[^ ]*\) .*/\1/p' $(LOCK))
 GENERATED := data/generated
+# The LLM2Vec environment (dive_core/environments.py): llm2vec 0.2.3 pins transformers<=4.44.2, so
+# LLM2Vec backbones embed in a venv of their own. Built by `make venv-llm2vec`, by `make test`, and
+# by the workflow's rule python_env when a configured LLM2Vec backbone is embedded.
+L2V_VENV := .venv-llm2vec
+L2V_BIN := $(L2V_VENV)/bin
+L2V_STAMP := $(L2V_VENV)/.installed
+L2V_LOCK := requirements-llm2vec.lock
+L2V_COMPILE_ARGS := --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links --constraint constraints.txt --output-file $(L2V_LOCK) requirements-llm2vec.txt
 
-.PHONY: all smoke test venv lock dry-run clean-venv help
+.PHONY: all smoke test venv venv-llm2vec lock dry-run clean-venv help
 
 help:
 	@echo "make smoke    - create .venv if needed, run every study on a generated collection (minutes, no data needed)"
 	@echo "make all      - create .venv if needed, run the default workflow (snakemake all) on CPU"
 	@echo "make test     - create .venv if needed, run the test suite"
 	@echo "make dry-run  - show the jobs 'all' would run"
-	@echo "make lock     - regenerate requirements.lock (LOCK_ARGS=--upgrade to re-resolve every pin)"
+	@echo "make venv-llm2vec - create .venv-llm2vec, the LLM2Vec backbones' own environment (transformers 4.44.2)"
+	@echo "make lock     - regenerate requirements.lock and requirements-llm2vec.lock (LOCK_ARGS=--upgrade re-resolves every pin)"
 	@echo "Offline: export BEIR_DATA_DIR=/path/to/beir (a local BEIR directory) first."
 
-$(STAMP): $(LOCK) pyproject.toml
+# $(call install_lock,VENV,LOCK): a venv at VENV (CPython 3.11) with every package of LOCK, each file
+# checked against its sha256; torch from PyTorch's CPU index when pip does not find the pinned wheel
+define install_lock
 	@[ -n "$(PYTHON)" ] || { echo "No python3 found: install CPython 3.11 and run make PYTHON=/path/to/python3.11" >&2; exit 1; }
 	@$(PYTHON) -c '$(PY311)'
-	@if [ ! -x $(BIN)/python ]; then $(PYTHON) -m venv $(VENV); fi
-	@$(BIN)/python -c '$(PY311)'
-	# torch first, from PyTorch's CPU index, when pip does not find the pinned wheel by itself: only torch
-	# comes from there (every other package from PyPI), checked against the lock's sha256
-	@if ! $(BIN)/python -m pip install --disable-pip-version-check --dry-run --quiet --ignore-installed --no-deps \
-	    --no-index '$(TORCH_PIN)' >/dev/null 2>&1; then \
-	  echo "pip does not find $(TORCH_PIN) by itself: installing it from PyTorch's CPU index $(TORCH_INDEX)"; \
-	  awk '/^torch==/{p=1} p{print} p && !/\\$$/{exit}' $(LOCK) > $(VENV)/torch-requirement.txt; \
-	  set -x; $(BIN)/python -m pip install --disable-pip-version-check --require-hashes --no-deps \
-	    --index-url $(TORCH_INDEX) -r $(VENV)/torch-requirement.txt; fi
-	# every package from the lock, each file checked against its sha256 (torch: the $(TORCH_PIN) wheel only)
-	$(BIN)/python -m pip install --disable-pip-version-check --require-hashes -r $(LOCK)
+	@if [ ! -x $(1)/bin/python ]; then $(PYTHON) -m venv $(1); fi
+	@$(1)/bin/python -c '$(PY311)'
+	@pin=$$(sed -n 's/^\(torch==[^ ]*\) .*/\1/p' $(2)); \
+	if ! $(1)/bin/python -m pip install --disable-pip-version-check --dry-run --quiet --ignore-installed --no-deps \
+	    --no-index "$$pin" >/dev/null 2>&1; then \
+	  echo "pip does not find $$pin by itself: installing it from PyTorch's CPU index $(TORCH_INDEX)"; \
+	  awk '/^torch==/{p=1} p{print} p && !/\\$$/{exit}' $(2) > $(1)/torch-requirement.txt; \
+	  set -x; $(1)/bin/python -m pip install --disable-pip-version-check --require-hashes --no-deps \
+	    --index-url $(TORCH_INDEX) -r $(1)/torch-requirement.txt; fi
+	$(1)/bin/python -m pip install --disable-pip-version-check --require-hashes -r $(2)
+endef
+
+$(STAMP): $(LOCK) pyproject.toml
+	$(call install_lock,$(VENV),$(LOCK))
 	# dive_core importable from anywhere in the venv (exported sentence-transformers models load it)
 	$(BIN)/python -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check --disable-pip-version-check
@@ -79,12 +91,32 @@ lock:
 	  cat $(LOCK); } > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK)
 	@grep -q '^torch==[^ ]*+cpu ' $(LOCK) || { echo "$(LOCK): torch is not the +cpu build; make the CPU wheel findable (find-links or the PyTorch CPU index) and rerun" >&2; exit 1; }
 	@! grep -q '^nvidia-' $(LOCK) || { echo "$(LOCK): CUDA packages (nvidia-*) in the lock" >&2; exit 1; }
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet $(LOCK_ARGS) $(L2V_COMPILE_ARGS)
+	@{ printf '%s\n' \
+	  '# requirements-llm2vec.lock: the LLM2Vec environment (.venv-llm2vec), every package pinned with' \
+	  '# the sha256 of its files; resolved like requirements.lock (Linux x86_64, CPython 3.11, torch CPU' \
+	  '# build). Do not edit by hand: change requirements-llm2vec.txt, then run `make lock`, which runs' \
+	  '#     pip-compile $(L2V_COMPILE_ARGS)' \
+	  '# envs/embed-llm2vec.yaml takes its versions from this file; tests/test_environment_pins.py checks both.'; \
+	  cat $(L2V_LOCK); } > $(L2V_LOCK).tmp && mv $(L2V_LOCK).tmp $(L2V_LOCK)
+	@grep -q '^torch==[^ ]*+cpu ' $(L2V_LOCK) || { echo "$(L2V_LOCK): torch is not the +cpu build" >&2; exit 1; }
+	@! grep -q '^nvidia-' $(L2V_LOCK) || { echo "$(L2V_LOCK): CUDA packages (nvidia-*) in the lock" >&2; exit 1; }
 
 venv: $(STAMP)
 
-test: $(STAMP)
+$(L2V_STAMP): $(L2V_LOCK)
+	$(call install_lock,$(L2V_VENV),$(L2V_LOCK))
+	$(L2V_BIN)/python -m pip check --disable-pip-version-check
+	$(L2V_BIN)/python -c 'import torch, llm2vec, transformers, h5py; assert transformers.__version__ == "4.44.2"; assert torch.version.cuda is None, "torch must be the CPU build"'
+	@touch $(L2V_STAMP)
+
+venv-llm2vec: $(L2V_STAMP)
+
+# tests/env_llm2vec/ runs in the LLM2Vec environment, everything else in the main one
+test: $(STAMP) $(L2V_STAMP)
 	$(BIN)/snakefmt --check Snakefile rules/
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --lint --quiet
+	$(L2V_BIN)/python -m pytest tests/env_llm2vec $(PYTEST_ARGS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 all: $(STAMP)
@@ -102,4 +134,4 @@ dry-run: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) -n $(SNAKEMAKE_ARGS) all
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(L2V_VENV)

@@ -80,6 +80,7 @@ include: "rules/compress.smk"
 localrules:
     all,
     fetch_model,
+    python_env,
     table,
     headline_result,
     select,

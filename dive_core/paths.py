@@ -89,6 +89,7 @@ LOGS = {
     "efficiency_synthetic": "logs/efficiency/synthetic.log",
     "frontier": "logs/frontier/{dataset}/{backbone}.log",
     "fetch_model": "logs/fetch_model/{backbone}.log",
+    "python_env": "logs/python_env/{env}.log",
     "embed_part": "logs/embed_part/{dataset}/{backbone}/{part}.log",
     "embed": "logs/embed/{dataset}/{backbone}.log",
     "evaluate": "logs/evaluate/{dataset}/{backbone}/{method}/k{k}/{stage}/seed{seed}.log",

@@ -1,7 +1,7 @@
 # Wiring only: the plan (PLAN, dive_core.plan.resolve in the Snakefile), the artifact paths
 # (dive_core.paths) and the record formats (dive_core.records) handed to Snakemake. Every path,
 # input function and lookup is defined and tested in dive_core.
-from dive_core import records, resources
+from dive_core import environments, records, resources
 from dive_core.paths import (
     ARRIVAL,
     CHECKPOINT,
@@ -33,6 +33,10 @@ from dive_core.paths import (
 
 wildcard_constraints:
     **plan.WILDCARDS,
+
+
+# --sdm conda: each rule's environment file; else (pip) LLM2Vec backbones embed in their own venv
+USES_CONDA = any(m.name == "CONDA" for m in workflow.deployment_settings.deployment_method)
 
 
 # never overwrite another backbone's headline results and tables (their paths carry no backbone)

@@ -3,6 +3,23 @@
 # cluster nodes often have no internet; the weights' sha256 is checked before anything embeds).
 # A backbone with `shards: N` > 1 embeds in N + 1 independent jobs (embed_part: corpus ranges
 # and the queries), which rule embed gathers into the same file an unsharded run writes.
+# An LLM2Vec backbone embeds in its own environment (dive_core.environments): conda users get
+# envs/embed-llm2vec.yaml, pip users .venv-llm2vec, which rule python_env builds when missing.
+
+
+rule python_env:
+    output:
+        os.path.join(workflow.basedir, ".venv-{env}", ".installed"),
+    log:
+        LOGS["python_env"],
+    wildcard_constraints:
+        env="|".join(environments.ENVIRONMENTS),
+    conda:
+        "../envs/data.yaml"  # never runs under conda (the embed rules take the env's conda file instead)
+    params:
+        checkout=lambda wc, output: os.path.dirname(os.path.dirname(output[0])),
+    shell:
+        "make -C {params.checkout} venv-{wildcards.env} > {log} 2>&1"
 
 
 rule fetch_model:
@@ -22,6 +39,7 @@ rule embed_part:
     input:
         SOURCE,
         model=PLAN.model_folder,
+        venv=lambda wc: [ancient(p) for p in PLAN.embed_venv(wc, USES_CONDA)],
     output:
         temp(EMBED_PART),
     log:
@@ -29,7 +47,7 @@ rule embed_part:
     benchmark:
         bench_path(LOGS["embed_part"])
     conda:
-        "../envs/embed-gpu.yaml"
+        PLAN.embed_conda
     threads: PLAN.setting("threads", "embed")
     resources:
         gpu=gpu_resource("embed", "gpu"),
@@ -51,6 +69,7 @@ rule embed:
         model=PLAN.model_folder,
         parts=PLAN.embed_parts,
         vectors=PLAN.vector_files,
+        venv=lambda wc: [ancient(p) for p in PLAN.embed_venv(wc, USES_CONDA)],
     output:
         EMBEDDINGS,
     log:
@@ -58,7 +77,7 @@ rule embed:
     benchmark:
         bench_path(LOGS["embed"])
     conda:
-        "../envs/embed-gpu.yaml"
+        PLAN.embed_conda
     threads: PLAN.setting("threads", "embed")
     resources:
         # a gather, or ingesting a vectors backbone's files, needs no GPU

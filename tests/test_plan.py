@@ -308,6 +308,30 @@ def test_a_fetched_backbones_model_folder_has_one_owner():
         resolved(paper)
 
 
+def test_each_backbones_embedding_gets_its_familys_environment(monkeypatch):
+    """LLM2Vec embeds in its own environment: its conda file, or (pip) the stamp of its venv, which
+    rule python_env builds; every other family, and a gather of parts, in the main one."""
+    from dive_core import environments
+
+    p = resolved()
+    env = environments.ENVIRONMENTS["llm2vec"]
+    l2v, mini = {"backbone": "llm2vec-sheared-1.3b", "dataset": "scifact"}, {"backbone": "minilm", "dataset": "scifact"}
+    assert p.embed_conda(l2v) == str(REPO / "envs" / "embed-llm2vec.yaml")
+    assert p.embed_conda(mini) == str(REPO / "envs" / "embed-gpu.yaml")
+    monkeypatch.setattr(environments, "runs_here", lambda e: False)
+    assert p.embed_venv({**l2v, "part": "corpus1of4"}, conda=False) == [str(REPO / ".venv-llm2vec" / ".installed")]
+    assert p.embed_venv({**l2v, "part": "corpus1of4"}, conda=False) == [str(env.stamp)]
+    assert p.embed_venv(l2v, conda=False) == []  # 4 shards: rule embed only gathers
+    assert p.embed_venv({**l2v, "part": "corpus1of4"}, conda=True) == []
+    assert p.embed_venv(mini, conda=False) == []
+    monkeypatch.setattr(environments, "runs_here", lambda e: True)  # one environment that has it all
+    assert p.embed_venv({**l2v, "part": "corpus1of4"}, conda=False) == []
+    # the rule that builds the venv writes the stamp make writes
+    smk = (REPO / "rules" / "embeddings.smk").read_text()
+    assert 'os.path.join(workflow.basedir, ".venv-{env}", ".installed")' in smk and env.venv == ".venv-llm2vec"
+    assert "L2V_VENV := .venv-llm2vec" in (REPO / "Makefile").read_text()
+
+
 def test_input_functions_turn_wildcards_into_the_artifacts_a_job_reads():
     p = resolved()
     tuned = dict(RUN, method="mrl-tuned")

@@ -89,6 +89,39 @@ def test_significance_uses_per_query_scores(tmp_path):
     assert by_bb[("bb2", "ndcg@10")]["baseline"] == "pca" and by_bb[("bb2", "ndcg@10")]["mean_diff"] == pytest.approx(0.4)
 
 
+def test_every_method_against_the_backbones_own_truncation(tmp_path):
+    """Hand-computed: per-query scores averaged over seeds, then method - truncation per query; frozen
+    and truncation itself get no row; another k is compared with truncation at its own k only."""
+    def pq(name, scores):
+        path = tmp_path / f"{name}.tsv"
+        write_per_query(path, {f"q{i}": {"ndcg@10": s, "recall@10": s, "recall@100": s, "mrr@10": s, "seen": 1}
+                               for i, s in enumerate(scores)})
+        return str(path)
+
+    runs = {("truncate", 1): [0.5, 0.5, 0.2, 0.8], ("dive", 1): [0.6, 0.7, 0.2, 0.8],
+            ("dive", 2): [0.8, 0.7, 0.4, 0.8], ("pca", 1): [0.4, 0.5, 0.2, 0.8], ("frozen", 1): [1.0] * 4}
+    results, per_query = [], {}
+    for (m, seed), scores in runs.items():
+        r = result(m, seed, sum(scores) / 4, 0.0)
+        results.append(r)
+        per_query[run_key(r)] = pq(f"{m}-{seed}", scores)
+    wide = {**result("dive", 1, 0.9, 0.0), "k": 16}  # no truncation at k = 16: no row
+    per_query[run_key(wide)] = pq("dive-16", [0.9] * 4)
+    rows = report.versus_rows(results + [wide], per_query)
+    assert [(r["method"], r["k"], r["seeds"]) for r in rows] == [("dive", 8, 2), ("pca", 8, 1)]  # by Δ, descending
+    dive, pca = rows
+    # dive averaged over seeds: 0.7, 0.7, 0.3, 0.8 against 0.5, 0.5, 0.2, 0.8
+    assert dive["mean_diff"] == pytest.approx((0.2 + 0.2 + 0.1 + 0.0) / 4)
+    assert dive["mean"] == pytest.approx(0.625) and dive["baseline_mean"] == pytest.approx(0.5)
+    assert pca["mean_diff"] == pytest.approx(-0.1 / 4) and dive["n_queries"] == 4
+    # four queries: 2^3 distinct sign patterns of the non-zero differences, all >= in |mean| only
+    # for the all-positive and all-negative ones -> p = 2/8 (randomization test, up to sampling)
+    assert dive["p_value"] == pytest.approx(0.25, abs=0.03)
+    md = report.versus_markdown(rows)
+    assert "| bb | ds | 8 | dive | 2 | 0.6250 | 0.5000 | +0.1250 |" in md
+    assert report.versus_rows([r for r in results if r["method"] != "truncate"], per_query) == []
+
+
 def test_grouped_bars_write_png(tmp_path):
     keyed = {(x["backbone"], x["dataset"], x["method"]): x for x in report.summarize(
         report.collect([result("frozen", 1, 0.9, 0.95), result("pca", 1, 0.5, 0.6), result("dive", 1, 0.6, 0.7)]),

@@ -4,6 +4,7 @@ points at; config/test.yaml selects it), run in a temporary working directory.""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -517,21 +518,29 @@ def test_switching_the_default_backbone_never_overwrites_another_backbones_resul
 
 
 def test_llm2vec_backbone_through_the_workflow(workdir, tmp_path, beir):
-    """The LLM2Vec family end to end: embed (with the dataset's query instruction), triplets,
-    DIVE, evaluation, on a tiny random Llama whose vocabulary is generated-tiny's words."""
+    """The LLM2Vec family end to end: embed (with the dataset's query instruction) in the LLM2Vec
+    environment while every other job runs in this one, triplets, DIVE, evaluation, on a tiny
+    random Llama whose vocabulary is generated-tiny's words (built in that environment too)."""
     from collections import Counter
 
     import h5py
     import yaml
 
-    from tiny_llm import build_tiny_llama
-
     from dive_core import config as dcfg
+    from dive_core import environments
 
+    env = environments.ENVIRONMENTS["llm2vec"]
+    assert not environments.runs_here(env), "the main environment must not have llm2vec"
+    assert env.stamp.is_file(), f"{env.venv_dir} is not built: `make venv-llm2vec` (make test builds it)"
     words = Counter()
     for line in (beir / generated.SUBDIR / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
         words.update(re.findall(r"\w+|[^\w\s]+", json.loads(line)["text"]))
-    model = build_tiny_llama(tmp_path / "tiny-llama", [w for w, _ in words.most_common(3000)])
+    model = tmp_path / "tiny-llama"
+    (tmp_path / "words.json").write_text(json.dumps([w for w, _ in words.most_common(3000)]))
+    subprocess.run([str(env.python), "-c", "import json, sys; from pathlib import Path; from tiny_llm import "
+                    "build_tiny_llama; build_tiny_llama(Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()))",
+                    str(model), str(tmp_path / "words.json")], check=True, cwd=REPO / "tests", timeout=300,
+                   env={**os.environ, "PYTHONPATH": str(REPO / "tests")})
     extra = tmp_path / "llm2vec.yaml"
     extra.write_text(yaml.safe_dump({"backbones": {"tiny-l2v": {
         "family": "llm2vec", "base_model": str(model), "dim": 32, "pooling": "mean",
@@ -543,10 +552,42 @@ def test_llm2vec_backbone_through_the_workflow(workdir, tmp_path, beir):
     assert 0.0 <= r["metrics"]["ndcg@10"] <= 1.0
     with h5py.File(workdir / "results/generated-tiny/tiny-l2v/embeddings.h5") as f:
         assert f.attrs["family"] == "llm2vec" and f.attrs["pooling"] == "mean"
+        # embedded by the LLM2Vec environment's libraries, not this one's
+        assert json.loads(f.attrs["versions"])["transformers"] == "4.44.2" != importlib.metadata.version("transformers")
         instruction = dcfg.load_registry(REPO / "config" / "datasets.yaml")[DS]["instruction"]
         assert f.attrs["instruction"] == instruction and instruction.startswith("Given a query, retrieve")
         assert f["corpus/emb"].shape == (500, 32)
     # the MiniLM artifacts of the default backbone were not touched
+    assert planned_jobs(workdir, "all") == {}
+
+
+def test_an_embeddinggemma_backbone_through_the_workflow(workdir, tmp_path, beir):
+    """EmbeddingGemma's code path end to end on a tiny random model of its architecture (Gemma 3
+    bidirectional, mean pooling, two Dense layers, Normalize, the model card's prompts), built
+    from a config: embed with the query and document prompts, triplets, DIVE, evaluation."""
+    from collections import Counter
+
+    import h5py
+    import yaml
+
+    from tiny_llm import GEMMA_PROMPTS, build_tiny_gemma
+
+    words = Counter()
+    for line in (beir / generated.SUBDIR / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+        words.update(re.findall(r"\w+|[^\w\s]+", json.loads(line)["text"]))
+    model = build_tiny_gemma(tmp_path / "tiny-gemma", [w for w, _ in words.most_common(3000)])
+    extra = tmp_path / "gemma.yaml"
+    extra.write_text(yaml.safe_dump({"backbones": {"tiny-gemma": {
+        "family": "sentence_transformers", "model": str(model), "dim": 32, "precision": "fp32", "batch_size": 16,
+        "prompts": {"query": "query", "document": "document"}, "dims": {"primary": 8}}}}))
+    target = "results/generated-tiny/tiny-gemma/dive/k8/final/seed2027/eval.json"
+    snakemake(workdir, target, "--configfile", *CONFIGS, str(extra))
+    r = json.loads((workdir / target).read_text())
+    assert r["backbone"] == "tiny-gemma" and r["k"] == 8 and r["d"] == 32 and 0.0 <= r["metrics"]["ndcg@10"] <= 1.0
+    with h5py.File(workdir / "results/generated-tiny/tiny-gemma/embeddings.h5") as f:
+        assert f.attrs["instruction"] == GEMMA_PROMPTS["query"]
+        assert f.attrs["document_prompt"] == GEMMA_PROMPTS["document"]
+        assert f["corpus/emb"].shape == (500, 32)
     assert planned_jobs(workdir, "all") == {}
 
 

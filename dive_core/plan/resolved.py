@@ -8,11 +8,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .. import paths
 from ..config import ConfigError, canonical_order, local_beir_dir
 from .checks import VECTORS, check
+
+if TYPE_CHECKING:
+    from ..environments import Environment
 from .disk import check_default_backbone
 from .experiments import (dataset_groups, defined_backbone, efficiency_runs, enabled_experiments, experiment,
                           experiment_runs, experiment_title, frontier_runs, headline_run)
@@ -236,6 +239,30 @@ class Plan:
 
     def hard_negatives(self, w: Any) -> bool:
         return parse_negatives(_wildcards(w)["negatives"])[0] == "hard"
+
+    def environment(self, w: Any) -> "Environment | None":
+        """The environment a backbone's embedding runs in (:mod:`dive_core.environments`); None = main."""
+        from ..environments import for_family
+
+        return for_family(self.backbone(_wildcards(w)["backbone"]).entry["family"])
+
+    def embed_conda(self, w: Any) -> str:
+        """Rules embed / embed_part, conda: the family's environment file (absolute path)."""
+        from ..environments import CHECKOUT, MAIN_CONDA
+
+        env = self.environment(w)
+        return str(CHECKOUT / (env.conda if env else MAIN_CONDA))
+
+    def embed_venv(self, w: Any, conda: bool) -> list[str]:
+        """Rules embed / embed_part, pip: the stamp of the family's own venv (rule python_env builds
+        it) when this interpreter lacks the family's libraries; nothing under conda (the rule's
+        conda environment has them) or for the main environment, or for a gather of parts."""
+        from ..environments import runs_here
+
+        env = self.environment(w)
+        if conda or env is None or runs_here(env) or (w.get("part") is None and self.embed_parts(w)):
+            return []
+        return [str(env.stamp)]
 
     def model_folder(self, w: Any) -> list[str] | str:
         """The fetched model folder an embedding job reads (none for wheel-shipped or hub-cached models)."""

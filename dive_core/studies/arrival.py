@@ -152,9 +152,9 @@ def manifest_facts(ctx: StudyContext) -> list[str]:
 
 
 def paired_rows(summary: Mapping, ctx: StudyContext, backbones: Sequence[str]) -> list[dict]:
-    """Per backbone, dataset and non-empty stratum: every compressed method against frozen, and
-    every supervised method against the best label-free compressed method of that stratum (by
-    mean over seeds); per-query nDCG@10 averaged over seeds, two-sided paired randomization test."""
+    """Per backbone, dataset and non-empty stratum: every compressed method against frozen and
+    against the backbone's own truncation (when the study has it), and every supervised method
+    against the best label-free compressed method of that stratum (by mean over seeds); per-query nDCG@10 averaged over seeds, two-sided paired randomization test."""
     out = []
     for bb in backbones:
         for ds in ctx.datasets:
@@ -181,6 +181,9 @@ def paired_rows(summary: Mapping, ctx: StudyContext, backbones: Sequence[str]) -
                 for me in compressed:
                     supervised = is_supervised(summary[(bb, ds, me)]["method_type"])
                     vs = ([ref] if ref else []) + ([base] if base and supervised else [])
+                    # the backbone's own truncation, the start of a Matryoshka-trained backbone
+                    if (bb, ds, report.TRUNCATION) in summary and me != report.TRUNCATION and report.TRUNCATION not in vs:
+                        vs.append(report.TRUNCATION)
                     for other in vs:
                         a, b = scores(me, qids), scores(other, qids)
                         out.append({"backbone": bb, "dataset": ds, "stratum": st, "n_queries": len(qids),

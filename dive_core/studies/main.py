@@ -29,4 +29,5 @@ def main_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     if any(((r.get("config") or {}).get("method_entry") or {}).get("doc_disjoint") for r in results):
         lines += [DOC_DISJOINT_NOTE, ""]
     md = "\n".join(lines) + "\n" + report.significance_markdown(report.significance_rows(results, ctx.per_query))
+    md += report.versus_markdown(report.versus_rows(results, ctx.per_query))
     return StudyOutput(md, list(summary.values()), lambda p: grouped_bars(p, summary, ctx, bbs))
