@@ -14,6 +14,8 @@ splits      the SHA-256 rank split rule and split manifests
 backbones   frozen encoders (MiniLM via sentence-transformers, LLM2Vec)
 vectors     vector files (Parquet, .npy + ids, HDF5) in row chunks; the `vectors` backbone's ingest
 embeddings  HDF5 embedding store
+embed_job   the embedding job of rules embed / embed_part, run in its backbone's environment
+environments  software environments per backbone family (LLM2Vec's own), and running a job in one
 triplets    shared deterministic training triplets
 adapters    the residual MLP adapter and head slicing
 losses      every loss term, one nn.Module each

@@ -152,14 +152,30 @@ def significance_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str]
                     continue
                 mean = {m: mean_std([r["metrics"][metric] for r in by[(bb, ds, m)]])[0] for m in others}
                 best = max(others, key=lambda m: mean[m])
-                a = per_query_means([per_query[run_key(r)] for r in by[(bb, ds, ref)]], metric)
-                b = per_query_means([per_query[run_key(r)] for r in by[(bb, ds, best)]], metric)
-                qs = sorted(set(a) & set(b))
-                diff = sum(a[q] - b[q] for q in qs) / len(qs) if qs else float("nan")
+                pair = paired(by[(bb, ds, ref)], by[(bb, ds, best)], per_query, metric)
                 out.append({"backbone": bb, "dataset": ds, "metric": metric, "method": ref, "baseline": best,
-                            "n_queries": len(qs), "mean_diff": diff,
-                            "p_value": paired_randomization([a[q] for q in qs], [b[q] for q in qs])})
+                            **{k: pair[k] for k in ("n_queries", "mean_diff", "p_value")}})
     return out
+
+
+def paired(runs: Sequence[Mapping], base: Sequence[Mapping], per_query: Mapping[tuple, str], metric: str) -> dict:
+    """``runs`` against ``base`` on their common queries, each side's per-query scores averaged over
+    its seeds: both means, the mean difference, the query count and the two-sided paired
+    randomization test's p."""
+    a = per_query_means([per_query[run_key(r)] for r in runs], metric)
+    b = per_query_means([per_query[run_key(r)] for r in base], metric)
+    qs = sorted(set(a) & set(b))
+    n = len(qs)
+    return {"n_queries": n, "mean": sum(a[q] for q in qs) / n if n else float("nan"),
+            "baseline_mean": sum(b[q] for q in qs) / n if n else float("nan"),
+            "mean_diff": sum(a[q] - b[q] for q in qs) / n if n else float("nan"),
+            "p_value": paired_randomization([a[q] for q in qs], [b[q] for q in qs])}
+
+
+def _section(title: str, intro: str, header: Sequence[str], body: Sequence[str]) -> str:
+    """A markdown section: heading, paragraph, table."""
+    return "\n".join(["", f"### {title}", "", intro, "", "| " + " | ".join(header) + " |",
+                      "|" + "---|" * len(header), *body]) + "\n"
 
 
 TRUNCATION = "truncate"  # the backbone's own prefix: for a Matryoshka-trained backbone, its intended use
@@ -179,43 +195,32 @@ def versus_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], base
         if me == baseline or base is None or runs[0]["method_type"] == "frozen" or \
                 any(run_key(r) not in per_query for r in [*runs, *base]):
             continue
-        a = per_query_means([per_query[run_key(r)] for r in runs], metric)
-        b = per_query_means([per_query[run_key(r)] for r in base], metric)
-        qs = sorted(set(a) & set(b))
         out.append({"backbone": bb, "dataset": ds, "k": k, "metric": metric, "method": me, "baseline": baseline,
-                    "seeds": len(runs), "mean": sum(a[q] for q in qs) / len(qs),
-                    "baseline_mean": sum(b[q] for q in qs) / len(qs),
-                    "mean_diff": sum(a[q] - b[q] for q in qs) / len(qs), "n_queries": len(qs),
-                    "p_value": paired_randomization([a[q] for q in qs], [b[q] for q in qs])})
+                    "seeds": len(runs), **paired(runs, base, per_query, metric)})
     return sorted(out, key=lambda r: (r["backbone"], r["dataset"], r["k"], -r["mean_diff"]))
 
 
 def versus_markdown(rows: Sequence[Mapping]) -> str:
     if not rows:
         return ""
-    lines = ["", f"### Against the backbone's own truncation ({rows[0]['baseline']})", "",
-             "Each compressed method against keeping the backbone's first k coordinates (for a "
-             "Matryoshka-trained backbone, the compression it was trained for) at the same k; "
-             f"{rows[0]['metric']} per query averaged over seeds, two-sided paired randomization test, 10,000 "
-             "sign flips. Δ > 0 with p < 0.05: the method beats truncation.", "",
-             "| backbone | dataset | k | method | seeds | nDCG@10 | truncation | Δ | p | queries |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['backbone']} | {r['dataset']} | {r['k']} | {r['method']} | {r['seeds']} | {r['mean']:.4f} | "
-                     f"{r['baseline_mean']:.4f} | {r['mean_diff']:+.4f} | {r['p_value']:.4f} | {r['n_queries']} |")
-    return "\n".join(lines) + "\n"
+    return _section(
+        f"Against the backbone's own truncation ({rows[0]['baseline']})",
+        "Each compressed method against keeping the backbone's first k coordinates (for a Matryoshka-trained "
+        f"backbone, the compression it was trained for) at the same k; {rows[0]['metric']} per query averaged over "
+        "seeds, two-sided paired randomization test, 10,000 sign flips. Δ > 0 with p < 0.05: the method beats "
+        "truncation.",
+        ["backbone", "dataset", "k", "method", "seeds", "nDCG@10", "truncation", "Δ", "p", "queries"],
+        [f"| {r['backbone']} | {r['dataset']} | {r['k']} | {r['method']} | {r['seeds']} | {r['mean']:.4f} | "
+         f"{r['baseline_mean']:.4f} | {r['mean_diff']:+.4f} | {r['p_value']:.4f} | {r['n_queries']} |" for r in rows])
 
 
 def significance_markdown(rows: Sequence[Mapping]) -> str:
     if not rows:
         return ""
-    lines = ["", "### Paired significance", "",
-             "Method vs the best other compressed method of each dataset (by mean over seeds); "
-             "per-query scores averaged over seeds; two-sided paired randomization test, "
-             "10,000 sign flips.", "",
-             "| backbone | dataset | metric | method | best other | Δ mean | p | queries |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r.get('backbone', '')} | {r['dataset']} | {r['metric']} | {r['method']} | {r['baseline']} | "
-                     f"{r['mean_diff']:+.4f} | {r['p_value']:.4f} | {r['n_queries']} |")
-    return "\n".join(lines) + "\n"
+    return _section(
+        "Paired significance",
+        "Method vs the best other compressed method of each dataset (by mean over seeds); per-query scores "
+        "averaged over seeds; two-sided paired randomization test, 10,000 sign flips.",
+        ["backbone", "dataset", "metric", "method", "best other", "Δ mean", "p", "queries"],
+        [f"| {r.get('backbone', '')} | {r['dataset']} | {r['metric']} | {r['method']} | {r['baseline']} | "
+         f"{r['mean_diff']:+.4f} | {r['p_value']:.4f} | {r['n_queries']} |" for r in rows])

@@ -21,16 +21,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from dive_core.backbones import build_backbone  # noqa: E402
+from tiny_llm import TEXTS  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
-TEXTS = [
-    "the cat sat on the mat",
-    "dog ran",
-    "vaccines cause autism is false",
-    "the sky is blue and the sea is green",
-    "park",
-]
 
 
 # --------------------------------------------------------------------------------------- MiniLM

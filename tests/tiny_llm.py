@@ -6,6 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+# sentences made of DEFAULT_WORDS, encoded by the backbone tests
+TEXTS = [
+    "the cat sat on the mat",
+    "dog ran",
+    "vaccines cause autism is false",
+    "the sky is blue and the sea is green",
+    "park",
+]
 DEFAULT_WORDS = ("[UNK] <s> </s> Given a claim , retrieve documents : the cat sat on mat dog ran in "
                  "park vaccines cause autism is false true red blue green sky sea").split()
 

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from dive_core.backbones import build_backbone  # noqa: E402
+from tiny_llm import TEXTS  # noqa: E402
 from tiny_llm import DEFAULT_WORDS as WORDS  # noqa: E402
 from tiny_llm import build_tiny_llama  # noqa: E402
 
@@ -27,13 +28,6 @@ sys.path.insert(0, str(REPO / "tests"))
 from test_environment_pins import installed_problems, parse_lock  # noqa: E402
 
 INSTRUCTION = "Given a claim, retrieve documents:"
-TEXTS = [
-    "the cat sat on the mat",
-    "dog ran",
-    "vaccines cause autism is false",
-    "the sky is blue and the sea is green",
-    "park",
-]
 
 
 def test_this_environment_is_the_llm2vec_lock():
