@@ -9,7 +9,7 @@
   L2-normalised (n, k) vectors, exactly as the workflow's evaluation does.
 * for a sentence-transformers backbone (MiniLM): ``OUT_DIR`` is also a sentence-transformers model
   folder - the backbone's modules followed by :class:`CompressorModule` (the compressor and the
-  normalisation) - so ``SentenceTransformer(OUT_DIR).encode(texts)`` returns the compressed
+  normalisation) - so ``SentenceTransformer(OUT_DIR, trust_remote_code=True).encode(texts)`` returns the compressed
   k-dimensional vectors. The module is found by its class path ``dive_core.export.CompressorModule``
   (the package must be importable: ``pip install -e .`` in this repository, which ``make`` does).
 * ``OUT_DIR/README.md``: a model card written from the run's result JSON (``eval.json`` next to
@@ -17,7 +17,9 @@
   (seen / unseen too), provenance.
 
 Loading never executes code from the exported files: JSON and safetensors only (the workflow's
-own checkpoints are read with ``torch.load(weights_only=True)``).
+own checkpoints are read with ``torch.load(weights_only=True)``). The folder holds no code:
+``trust_remote_code=True``, which sentence-transformers >= 6 asks for any module class outside its
+own package, only lets it import the installed ``dive_core``.
 """
 
 from __future__ import annotations
@@ -160,7 +162,9 @@ class BeirDenseModel:
                                  "made the training embeddings")
             from sentence_transformers import SentenceTransformer
 
-            self.st = SentenceTransformer(str(folder), device=device)
+            # the folder names dive_core.export.CompressorModule: sentence-transformers >= 6 loads a
+            # module class of its own package only with trust_remote_code (here: this repository's code)
+            self.st = SentenceTransformer(str(folder), device=device, trust_remote_code=True)
         else:
             self.compressor = load_compressor(folder, device)
 
@@ -208,7 +212,8 @@ def model_card(result: Mapping[str, Any] | None, config: Mapping[str, Any], st_f
     lines += ["## Use", ""]
     if st_folder:
         lines += ["```python", "from sentence_transformers import SentenceTransformer",
-                  "model = SentenceTransformer('path/to/this/folder')  # needs dive_core importable",
+                  "# trust_remote_code: the compressor is dive_core.export.CompressorModule (needs dive_core importable)",
+                  "model = SentenceTransformer('path/to/this/folder', trust_remote_code=True)",
                   f"vectors = model.encode(['a text'])  # (1, {config['k']}), L2-normalised", "```", ""]
     lines += ["```python", "from dive_core import load_compressor",
               "compressor = load_compressor('path/to/this/folder')",

@@ -206,17 +206,18 @@ def test_exported_models_reproduce_the_workflow_vectors(workdir):
     for m, r in runs.items():
         ref = Method.load(workdir / r / "model.pt").compress(emb.docs[:24])
         folder = workdir / r / "export"
-        vecs = SentenceTransformer(str(folder), device="cpu").encode(texts, batch_size=24)
+        vecs = SentenceTransformer(str(folder), device="cpu", trust_remote_code=True).encode(texts, batch_size=24)
         cos = (vecs * ref).sum(1) / np.linalg.norm(vecs, axis=1) / np.linalg.norm(ref, axis=1)
         assert vecs.shape == ref.shape and cos.min() >= 0.9999, (m, cos.min())
         assert np.array_equal(load_compressor(folder).compress(emb.docs[:24]), ref), m
-        assert not [p for p in folder.rglob("*") if p.suffix in (".pt", ".pkl", ".bin", ".pickle")], m
+        assert not [p for p in folder.rglob("*") if p.suffix in (".pt", ".pkl", ".bin", ".pickle", ".py")], m
         card = (folder / "README.md").read_text(encoding="utf-8")
         assert "generated-tiny" in card and "| unseen |" in card and "nDCG@10" in card
     # a user's own script that loads an export (torch and sentence-transformers imported first, dive_core
     # only through the export's module): MKL runs in the reproducible mode all the same
     code = ("import json, sys; from sentence_transformers import SentenceTransformer; "
-            f"m = SentenceTransformer({str(workdir / runs['dive'] / 'export')!r}, device='cpu'); m.encode(['a b c']); "
+            f"m = SentenceTransformer({str(workdir / runs['dive'] / 'export')!r}, device='cpu', trust_remote_code=True); "
+            "m.encode(['a b c']); "
             "assert 'dive_core' in sys.modules; from dive_core import numerics; print(json.dumps(numerics.mkl_mode()))")
     env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "MKL_DYNAMIC")}
     out = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
