@@ -22,7 +22,7 @@ OWNERS = {
     f"{B}/properties/family": backbones.FAMILIES,
     f"{B}/properties/pooling": backbones.POOLINGS,
     f"{B}/properties/precision": backbones.PRECISIONS,
-    f"{B}/allOf/3/if/properties/family": tuple(f for f in backbones.FAMILIES if f != plan.VECTORS),  # encoders
+    f"{B}/allOf/4/if/properties/family": tuple(f for f in backbones.FAMILIES if f != plan.VECTORS),  # encoders
     "properties/triplets/properties/negatives": plan.NEGATIVES,
     "properties/training/properties/precision": training.PRECISIONS,
     "properties/methods/additionalProperties/properties/negatives": plan.NEGATIVES,
