@@ -232,6 +232,37 @@ def test_paper_config_runs_mpnets_own_audit_heads_and_tuned_studies():
     assert {r["backbone"] for r in plan.experiment_runs(cfg, "second_backbone")} == {"mpnet"}
 
 
+def test_the_gemma_config_compares_every_compressor_with_gemmas_own_prefix():
+    """config/gemma.yaml: every gemma study holds `truncate` (the Matryoshka prefix) at the study's
+    k, main_gemma has three seeds for frozen, PCA, MRL and DIVE (one with gemma_seed2027.yaml), the
+    128d studies run at gemma's secondary dimension, and nothing of it is a MiniLM run."""
+    from snakemake.utils import update_config
+
+    def gemma(*extra):
+        cfg = copy.deepcopy(CONFIG)
+        for name in ("gemma.yaml", *extra):
+            update_config(cfg, dcfg.load_yaml(REPO / "config" / name))
+        cfg = plan.expand(cfg)
+        plan.check(cfg, dcfg.load_registry(REPO / "config" / "datasets.yaml"))
+        return cfg
+
+    cfg = gemma()
+    names = [n for n in cfg["experiments"] if n.endswith(("_gemma", "_gemma_secondary"))]
+    assert sorted(names) == ["arrival_gemma", "lr_audit_gemma", "main_gemma", "secondary_gemma", "tuned_gemma",
+                             "tuned_gemma_secondary"]
+    for name in names:
+        runs = plan.experiment_runs(cfg, name)
+        assert {r["backbone"] for r in runs} == {"gemma"}, name
+        if name != "lr_audit_gemma":
+            k = {r["k"] for r in runs if r["method"] != "frozen"}
+            assert {r["k"] for r in runs if r["method"] == "truncate"} == k, name
+    main = plan.experiment_runs(cfg, "main_gemma")
+    assert sorted(r["seed"] for r in main if r["method"] == "dive") == [2027, 2027, 2028, 2028, 2029, 2029]  # 2 datasets
+    assert {r["k"] for r in plan.experiment_runs(cfg, "secondary_gemma")} == {128, 768}
+    first_pass = plan.experiment_runs(gemma("gemma_seed2027.yaml"), "main_gemma")
+    assert {r["seed"] for r in first_pass} == {2027} and len(first_pass) == 2 * 8
+
+
 def test_a_heads_or_audit_experiment_over_backbones_that_disagree_is_refused():
     cfg = copy.deepcopy(CONFIG)
     cfg["experiments"]["heads"]["backbones"] = ["minilm", "mpnet"]  # {2, 4, 6} vs {2, 4, 8}
