@@ -148,7 +148,7 @@ def compressed_test_vectors(embeddings_path, splits_path, runs, checkpoints):
     def items():
         for (method, k), path in zip(runs, checkpoints):
             m = Method.load(path)
-            yield method, int(k), m, m.compress(emb.docs), m.compress(qrows)
+            yield method, int(k), m, m.compress(emb.docs), m.compress(qrows, side="query")
 
     return emb, manifest, items()
 

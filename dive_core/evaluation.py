@@ -27,7 +27,7 @@ def evaluate_method(method, emb: Embeddings, manifest: Mapping, stage: str, top_
     t0 = time.perf_counter()
     in_place = consume and method.k == method.d and emb.docs.dtype == np.float32 and emb.docs.flags.writeable
     docs = method.compress(emb.docs, out=emb.docs if in_place else None)
-    queries = method.compress(emb.query_rows(qids))
+    queries = method.compress(emb.query_rows(qids), side="query")
     compress_seconds = time.perf_counter() - t0
     per_query, summary = evaluate_vectors(docs, emb.doc_ids, queries, manifest, stage, top_k, use_gpu, encoding)
     summary["timings"] = {"compress_seconds": compress_seconds, **summary["timings"]}

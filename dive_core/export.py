@@ -38,6 +38,8 @@ from .methods import Method, method_class
 
 CONFIG = "config.json"  # records.compressor_config: format records.COMPRESSOR_FORMAT
 WEIGHTS = "model.safetensors"
+# a record key that ties an asymmetric compressor's query map to its document map (query_side)
+PAIRED_MAPS = ("document_map",)
 
 
 # --------------------------------------------------------------------------- compressor alone
@@ -50,6 +52,7 @@ def save_compressor(method: Method, out_dir: str | Path, provenance: Mapping[str
     tmp = out / (WEIGHTS + ".tmp")
     save_file(state, str(tmp))
     tmp.replace(out / WEIGHTS)
+    provenance = {**dict(provenance or {}), **{key: method.meta[key] for key in PAIRED_MAPS if key in method.meta}}
     config = records.compressor_config(type=method.type, d=method.d, k=method.k, seed=method.seed, hparams=method.hp,
                                        state_sha256=method.state_sha256(), provenance=provenance)
     records.write_compressor_config(out / CONFIG, config)
@@ -84,7 +87,9 @@ def load_compressor(path: str | Path, device: str = "cpu") -> Method:
     m.load_state_dict(load_file(str(p / WEIGHTS), device=device))
     if m.state_sha256() != config["state_sha256"]:
         raise ValueError(f"{p}: weights do not match the recorded state_sha256")
-    m.meta = {"export": config.get("provenance", {})}
+    prov = config.get("provenance", {})
+    m.meta = {"export": prov, **{key: prov[key] for key in PAIRED_MAPS if key in prov}}
+    m.check_loaded(str(p))
     return m
 
 
@@ -103,16 +108,22 @@ class CompressorModule(_module_base()):
     ``Method.compress``)."""
 
     config_keys: list[str] = []
+    # sentence-transformers passes encode_query's / encode_document's task ("query" / "document"):
+    # an asymmetric compressor (query_side) maps queries by its query map, everything else by its
+    # document map (plain ``encode`` gives no task: the document map)
+    forward_kwargs = {"task"}
 
     def __init__(self, method: Method | None = None):
         super().__init__()
         self.method = method
 
-    def forward(self, features: dict, **kwargs) -> dict:
+    def forward(self, features: dict, task: str | None = None, **kwargs) -> dict:
         x = features["sentence_embedding"]
         z = torch.nn.functional.normalize(x.float(), dim=-1)
+        task = task if task is not None else features.get("task")
+        transform = self.method.transform_query if task == "query" else self.method.transform
         with torch.no_grad():
-            out = torch.nn.functional.normalize(self.method.transform(z.to(self.method.device)), dim=-1)
+            out = torch.nn.functional.normalize(transform(z.to(self.method.device)), dim=-1)
         features["sentence_embedding"] = out.to(x.device)
         return features
 
@@ -174,7 +185,7 @@ class BeirDenseModel:
         from .embeddings import l2_normalize
 
         raw = (self.backbone.encode_queries if queries else self.backbone.encode_docs)(texts)
-        return self.compressor.compress(l2_normalize(raw))
+        return self.compressor.compress(l2_normalize(raw), side="query" if queries else "document")
 
     @staticmethod
     def _out(vectors, kwargs):

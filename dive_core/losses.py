@@ -50,6 +50,23 @@ class SoftplusTripletLoss(HingeTripletLoss):
         return F.softplus(self.margin - triplet_margins(q, p, n)).mean()
 
 
+class QuerySoftmaxLoss(nn.Module):
+    """Listwise loss of a query side against fixed document codes (:mod:`dive_core.methods.query_side`)::
+
+        L = (1/B) sum_i -log( exp(q_i . D_{p_i} / tau) / sum_j exp(q_i . D_j / tau) )
+
+    ``q`` (B, k): normalised queries; ``docs`` (N, k): the normalised codes of every document the
+    fit sees; ``positives`` (B,): the row in ``docs`` of each query's positive.
+    """
+
+    def __init__(self, tau: float = 0.05):
+        super().__init__()
+        self.tau = tau
+
+    def forward(self, q: torch.Tensor, docs: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(q @ docs.T / self.tau, positives)
+
+
 class MultiPositiveNTXent(nn.Module):
     """Head-wise multi-positive NT-Xent over one set of B samples with H heads each.
 

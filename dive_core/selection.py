@@ -50,7 +50,10 @@ def apply_selection(hp: Mapping, selection: Mapping, ref: str, backbone: str) ->
     try:
         over = selection["methods"][base]["pick"]["overrides"]
     except KeyError:
-        raise ConfigError(f"selection JSON of {selection.get('study')!r} has no pick for {base!r}") from None
+        raise ConfigError(f"selection JSON of {selection.get('study')!r} has no pick for {base!r}"
+                          + (" (an arrival_variants record covers the variants that an enabled experiment uses: "
+                             f"add a method picked from arrival_variants/{base} to one)"
+                             if selection.get("study") == "arrival_variants" else "")) from None
     return {**hp, **over}, dict(over)
 
 

@@ -273,11 +273,13 @@ def test_the_arrival_study_refits_every_method_that_fits_and_shares_the_others()
     exp = p.experiment("arrival")
     assert exp["methods"] == ["frozen", "truncate", "pca-arrival", "autoencoder-arrival", "mrl-arrival",
                               "search_adaptor-arrival", "smec-arrival", "dive-arrival", "dive-pcainit-arrival",
-                              "dive-corpusgeo-arrival", "dive-pcacorpus-arrival"]
+                              "dive-corpusgeo-arrival", "dive-pcacorpus-arrival", "qside-linear-arrival",
+                              "qside-mlp-arrival", "qside-procrustes-arrival", "qside-ae-arrival"]
     seeds = {r["method"]: [] for r in p.runs("arrival")}
     for r in p.runs("arrival"):
         seeds[r["method"]].append(r["seed"])
-    assert seeds["frozen"] == seeds["pca-arrival"] == seeds["dive-arrival"] == [2027, 2028, 2029]
+    assert seeds["frozen"] == seeds["pca-arrival"] == seeds["dive-arrival"] == seeds["qside-ae-arrival"] == \
+        [2027, 2028, 2029]
     assert seeds["smec-arrival"] == seeds["truncate"] == [2027]
     w = dict(dataset="scifact", backbone="minilm", k=64, stage="final", seed=2027)
     for name in ("pca-arrival", "dive-arrival"):

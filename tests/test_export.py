@@ -8,25 +8,27 @@ import numpy as np
 import pytest
 
 from dive_core.export import load_compressor, save_compressor
-from dive_core.methods import new_method
+from dive_core.methods import SPECS, new_method
 from dive_core.training import TrainLog
 from synthetic import FAST, make_problem
 
-TYPES = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
+TYPES = tuple(SPECS)  # every declared method type
 
 
 def configured(mtype):
-    """The configured hyperparameters, trained for 2 epochs on the small synthetic problem."""
+    """The configured hyperparameters (of the first config entry of type ``mtype``), trained for 2
+    epochs on the small synthetic problem."""
     from pathlib import Path
 
     from dive_core import config as dcfg
     from dive_core.methods import resolve_hparams
 
     cfg = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
-    entry = dict(cfg["methods"][mtype])
+    name = next(n for n, e in cfg["methods"].items() if e.get("type", n) == mtype)
+    entry = dict(cfg["methods"][name])
     if mtype == "mrl":
         entry["min_prefix"] = 4  # k = 8 here
-    return resolve_hparams(mtype, entry, {**cfg["training"], **FAST, "epochs": 2})
+    return resolve_hparams(name, entry, {**cfg["training"], **FAST, "epochs": 2, "doc_epochs": 2})
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,8 @@ def test_round_trip_every_method_type(tmp_path, problem, mtype):
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["config.json", "model.safetensors"]
     back = load_compressor(tmp_path / "c")
     assert back.type == mtype and (back.d, back.k) == (problem.d, k)
-    assert np.array_equal(back.compress(problem.docs), m.compress(problem.docs))
+    for side in ("document", "query"):
+        assert np.array_equal(back.compress(problem.docs, side=side), m.compress(problem.docs, side=side))
 
 
 def test_refuses_foreign_and_tampered_folders(tmp_path, problem):

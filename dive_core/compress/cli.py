@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
                          "SQ8 codes with per-coordinate ranges over the whole input (in the file's metadata)")
     ap.add_argument("--faiss", metavar="PATH", help="also write a FAISS index of OUTPUT (row i = row i): "
                                                     "IndexFlatIP for float32, the scalar quantizer for float16/int8")
+    ap.add_argument("--side", choices=("document", "query"), default="document",
+                    help="which map of an asymmetric compressor (query_side) to apply: document (the default: a "
+                         "corpus) or query; a symmetric compressor maps both alike")
     ap.add_argument("--group", help="HDF5 input: compress only this group (default: the root, else every group)")
     ap.add_argument("--id-column", default=ID_COLUMN,
                     help=f"Parquet input: the id column (kept in OUTPUT; default {ID_COLUMN})")
@@ -55,13 +58,13 @@ def main(argv: list[str] | None = None) -> int:
 
             torch.set_num_threads(args.threads)
         method = load_model(args.model, args.device)
-        print(describe(provenance(method)), file=sys.stderr)
+        print(describe(provenance(method, args.side)), file=sys.stderr)
         check_dims(method, sets, args.model)
         _check_output(Path(args.output), sets)
         t0 = time.perf_counter()
         out = compress_file(method, args.input, args.output, args.encoding, group=args.group,
                             id_column=args.id_column, vector_column=args.vector_column, rows=args.rows,
-                            device=args.device, progress=not args.quiet)
+                            device=args.device, progress=not args.quiet, side=args.side)
         seconds = time.perf_counter() - t0
         n = sum(vf.n for vf in sets)
         print(f"{out}: {n} vectors {method.d} -> {method.k} dimensions, {args.encoding}, in {seconds:.1f} s "

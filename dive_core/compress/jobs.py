@@ -38,7 +38,7 @@ def part_range(n: int, part: str | None) -> tuple[int, int]:
 
 def compress_part(model, input: str | Path, part_dir: str | Path, part: str | None = None, *,
                   group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
-                  rows: int | None = None, device: str = "cpu", progress: bool = True) -> Path:
+                  rows: int | None = None, device: str = "cpu", progress: bool = True, side: str = "document") -> Path:
     """Compress one row range (``part``, ``"<i>of<N>"``; None: every row) of each vector set of
     ``input`` into float32 spool files ``part_dir/set<j>.h5``, each recording its rows and the
     per-coordinate min and max of its compressed rows (what SQ8 ranges are made of). The folder
@@ -46,7 +46,7 @@ def compress_part(model, input: str | Path, part_dir: str | Path, part: str | No
     method = _method(model, device)
     sets = open_sets(input, group, id_column, vector_column)
     check_dims(method, sets, model)
-    weights = method.state_sha256()
+    weights = provenance(method, side)["weights_sha256"]
     part_dir = Path(part_dir)
     tmp = part_dir.with_name(part_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -58,7 +58,7 @@ def compress_part(model, input: str | Path, part_dir: str | Path, part: str | No
                 lo = np.full(method.k, np.inf, dtype=np.float32)
                 hi = np.full(method.k, -np.inf, dtype=np.float32)
                 with VectorWriter(tmp / SPOOL_SET.format(j), b - a, method.k) as w:
-                    for ids, y in compressed_chunks(method, vf, a, b, rows, bar):
+                    for ids, y in compressed_chunks(method, vf, a, b, rows, bar, side):
                         w.write(ids, y)
                         if len(y):
                             np.minimum(lo, y.min(axis=0), out=lo)
@@ -83,7 +83,7 @@ def _part_meta(part_dir: Path, j: int) -> dict:
 
 def gather(model, input: str | Path, parts: Sequence[str | Path], output: str | Path, encoding: str = "float32",
            *, group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
-           device: str = "cpu", progress: bool = True) -> Path:
+           device: str = "cpu", progress: bool = True, side: str = "document") -> Path:
     """Write the parts of ``input`` (:func:`compress_part`, in row order) to ``output`` as
     ``dive-compress`` writes it: int8 ranges from the whole input (every part's min and max)."""
     method = _method(model, device)
@@ -91,7 +91,7 @@ def gather(model, input: str | Path, parts: Sequence[str | Path], output: str | 
     check_dims(method, sets, model)
     output = Path(output)
     _check_output(output, sets)
-    prov = provenance(method)
+    prov = provenance(method, side)
     parts = [Path(p) for p in parts]
     out_sets = []
     total = 0
@@ -132,8 +132,9 @@ def _counted(blocks, bar):
 
 def compress_file(model, input: str | Path, output: str | Path, encoding: str = "float32", *,
                   group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
-                  rows: int | None = None, device: str = "cpu", progress: bool = True) -> Path:
-    """Compress every row of ``input`` into ``output`` (what ``dive-compress`` does)."""
+                  rows: int | None = None, device: str = "cpu", progress: bool = True, side: str = "document") -> Path:
+    """Compress every row of ``input`` into ``output`` (what ``dive-compress`` does), by the map of
+    ``side``: ``document`` (a corpus: the default) or ``query`` (an asymmetric compressor's query map)."""
     method = _method(model, device)
     sets = open_sets(input, group, id_column, vector_column)
     check_dims(method, sets, model)
@@ -145,13 +146,13 @@ def compress_file(model, input: str | Path, output: str | Path, encoding: str = 
         output.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.spool.") as spool:
             part = compress_part(method, input, Path(spool) / "all", None, group=group, id_column=id_column,
-                                 vector_column=vector_column, rows=rows, progress=progress)
+                                 vector_column=vector_column, rows=rows, progress=progress, side=side)
             return gather(method, input, [part], output, encoding, group=group, id_column=id_column,
-                          vector_column=vector_column, progress=progress)
-    prov = provenance(method)
+                          vector_column=vector_column, progress=progress, side=side)
+    prov = provenance(method, side)
     with _bar(sum(vf.n for vf in sets), "compress", progress) as bar:
         out_sets = [OutSet(vf.group, vf.n, method.k,
-                           rechunk(compressed_chunks(method, vf, 0, vf.n, rows, bar), write_rows(method.k)),
+                           rechunk(compressed_chunks(method, vf, 0, vf.n, rows, bar, side), write_rows(method.k)),
                            records.compressed(prov, vf, encoding))
                     for vf in sets]
         return write_output(output, out_sets, encoding, id_column)

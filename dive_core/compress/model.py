@@ -35,21 +35,36 @@ def _method(model, device: str = "cpu"):
 RUN_KEYS = ("dataset", "backbone", "method", "stage")
 
 
-def provenance(method) -> dict:
+def provenance(method, side: str = "document") -> dict:
     """What the compressor is: type, d -> k, seed, weights sha256, hyperparameters, and where a
-    workflow trained it (dataset, backbone, method, stage) when its checkpoint or export says."""
+    workflow trained it (dataset, backbone, method, stage) when its checkpoint or export says.
+
+    An asymmetric compressor (query_side) is described by the map of ``side`` alone: for
+    ``document``, its document map's type, seed, hyperparameters and state sha256 (so a corpus
+    compressed before and after a refit of the query side carries the same record); for ``query``,
+    the whole compressor. Either way ``side`` is recorded. A symmetric one records no side."""
     meta = dict(method.meta or {})
     source = "export" if "export" in meta else "checkpoint"
     run = (meta.get("export") or {}) if source == "export" else meta
-    prov = {"type": method.type, "d": int(method.d), "k": int(method.k), "seed": int(method.seed),
-            "weights_sha256": method.state_sha256(), "hparams": dict(method.hp), "source": source}
+    if getattr(method, "asymmetric", False) and side == "document":
+        doc = meta["document_map"]
+        prov = {"type": method.type, "side": side, "document_map": doc["type"], "d": int(method.d),
+                "k": int(method.k), "seed": int(doc["seed"]), "weights_sha256": doc["state_sha256"],
+                "hparams": dict(doc["hparams"]), "source": source}
+    else:
+        prov = {"type": method.type, "d": int(method.d), "k": int(method.k), "seed": int(method.seed),
+                "weights_sha256": method.state_sha256(), "hparams": dict(method.hp), "source": source}
+        if getattr(method, "asymmetric", False):
+            prov["side"] = side
     prov.update({key: run[key] for key in RUN_KEYS if run.get(key) is not None})
     return prov
 
 
 def describe(prov: Mapping[str, Any]) -> str:
     """One human-readable paragraph of :func:`provenance`."""
-    lines = [f"compressor: {prov['type']} {prov['d']} -> {prov['k']} dimensions, seed {prov['seed']}, "
+    side = f", {prov['side']} side" + (f" ({prov['document_map']} document map)" if "document_map" in prov else "") \
+        if "side" in prov else ""
+    lines = [f"compressor: {prov['type']} {prov['d']} -> {prov['k']} dimensions{side}, seed {prov['seed']}, "
              f"weights sha256 {prov['weights_sha256']} ({prov['source']})"]
     run = [f"{key} {prov[key]}" for key in RUN_KEYS if key in prov]
     lines.append("  trained by the workflow: " + ", ".join(run) if run else

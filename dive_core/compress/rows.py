@@ -38,7 +38,7 @@ def write_rows(k: int) -> int:
     return int(min(CHUNK_ROWS, max(1024, rows)))
 
 
-def compress_rows(method, x: np.ndarray) -> np.ndarray:
+def compress_rows(method, x: np.ndarray, side: str = "document") -> np.ndarray:
     """L2-normalise the rows of ``x`` (as the workflow normalises embeddings,
     :func:`dive_core.embeddings.normalize_rows_`) and compress them with ``method.compress`` in
     one batch of at least :data:`MIN_BATCH` rows (zero rows pad a shorter one, then are dropped)."""
@@ -54,7 +54,7 @@ def compress_rows(method, x: np.ndarray) -> np.ndarray:
         x = np.array(x, dtype=np.float32, order="C")  # a read-only view (Arrow's buffer): normalised in a copy
     normalize_rows_(x)
     out = np.empty((x.shape[0], int(method.k)), dtype=np.float32)
-    method.compress(x, batch_size=x.shape[0], out=out)
+    method.compress(x, batch_size=x.shape[0], out=out, side=side)
     return out[:m]
 
 
@@ -67,13 +67,14 @@ def _finite(vf: VectorFile, ids: Sequence[str], x: np.ndarray, start: int) -> No
 
 
 def compressed_chunks(method, vf: VectorFile, start: int = 0, stop: int | None = None, rows: int | None = None,
-                      bar=None) -> Iterator[tuple[list[str], np.ndarray]]:
-    """``(ids, compressed float32 rows)`` of rows ``[start, stop)`` of ``vf``, chunk by chunk."""
+                      bar=None, side: str = "document") -> Iterator[tuple[list[str], np.ndarray]]:
+    """``(ids, compressed float32 rows)`` of rows ``[start, stop)`` of ``vf``, chunk by chunk, by
+    the map of ``side`` (documents or queries)."""
     stop = vf.n if stop is None else stop
     pos = start
     for ids, x in vf.chunks(rows or chunk_rows(method), start=start, stop=stop):
         _finite(vf, ids, x, pos)
-        y = compress_rows(method, x)
+        y = compress_rows(method, x, side)
         pos += len(ids)
         if bar is not None:
             bar.update(len(ids))

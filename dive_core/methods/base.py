@@ -61,6 +61,7 @@ def method_class(type_name: str) -> type["Method"]:
     return METHODS[type_name]
 
 
+SIDES = ("document", "query")  # what Method.compress maps: the corpus side or the query side
 NORMALIZE_EPS = 1e-12  # F.normalize's default
 
 
@@ -79,6 +80,8 @@ class Method:
     # from the type's MethodSpec (set by register)
     hyperparameters: ClassVar[tuple[str, ...]] = ()
     supervised: ClassVar[bool] = False
+    #: True when queries and documents go through different maps (``transform_query`` overridden)
+    asymmetric: ClassVar[bool] = False
 
     def __init__(self, d: int, k: int, hparams: Mapping[str, Any] | None = None, seed: int = 0,
                  device: str = "cpu", precision: str = "fp32"):
@@ -102,11 +105,21 @@ class Method:
         """Train on ``data``; default: nothing to learn."""
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
-        """(n, d) normalised frozen embeddings -> (n, k), before the final normalisation."""
+        """(n, d) normalised frozen embeddings -> (n, k), before the final normalisation: the map
+        of documents, and of queries too unless the method overrides :meth:`transform_query`."""
         raise NotImplementedError
+
+    def transform_query(self, x: torch.Tensor) -> torch.Tensor:
+        """The query map (default: the document map). An asymmetric method (:mod:`.query_side`)
+        maps queries into the document map's space by a map of their own."""
+        return self.transform(x)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {}
+
+    def check_loaded(self, source: str) -> None:
+        """Called by :meth:`load` once state and record are read: refuse a checkpoint whose parts
+        do not belong together (``source`` names the file). Default: nothing to check."""
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         if state:
@@ -114,8 +127,10 @@ class Method:
 
     # -- shared ------------------------------------------------------------------------
     @torch.no_grad()
-    def compress(self, x: np.ndarray, batch_size: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
-        """L2-normalised (n, k) float32 vectors for (n, d) normalised frozen embeddings, written
+    def compress(self, x: np.ndarray, batch_size: int | None = None, out: np.ndarray | None = None,
+                 side: str = "document") -> np.ndarray:
+        """L2-normalised (n, k) float32 vectors for (n, d) normalised frozen embeddings of ``side``
+        (``document``: :meth:`transform`; ``query``: :meth:`transform_query`), written
         into ``out`` if given (may be ``x`` itself when k = d: each batch is read before its rows
         are overwritten, so an uncompressed method needs no second copy of the corpus).
         ``batch_size``: rows per batch; by default as many as keep one batch's intermediates
@@ -126,6 +141,9 @@ class Method:
             width = self.d + self.k + 2 * int(self.hp.get("hidden", self.d))
             budget = COMPRESS_BATCH_BYTES.get(torch.device(self.device).type, COMPRESS_BATCH_BYTES["cuda"])
             batch_size = max(256, budget // (4 * width))
+        if side not in SIDES:
+            raise ValueError(f"{self.type}: side must be one of {list(SIDES)}, got {side!r}")
+        transform = self.transform_query if side == "query" else self.transform
         x = np.asarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.d:
             raise ValueError(f"{self.type}: expected an (n, {self.d}) matrix, got {x.shape}")
@@ -137,7 +155,7 @@ class Method:
         cpu = torch.device(self.device).type == "cpu"
         for s in range(0, x.shape[0], batch_size):
             xb = torch.as_tensor(x[s:s + batch_size], device=self.device)  # on the CPU: a view of x
-            y = self.transform(xb)
+            y = transform(xb)
             if cpu:  # normalize(y), bit for bit, divided straight into out's rows (in place when out is x)
                 torch.div(y, y.norm(2, dim=-1, keepdim=True).clamp_min(NORMALIZE_EPS),
                           out=torch.from_numpy(out[s:s + batch_size]))
@@ -183,6 +201,7 @@ class Method:
         m = method_class(obj["type"])(obj["d"], obj["k"], obj["hparams"], obj["seed"], device)
         m.load_state_dict(obj["state"])
         m.meta = dict(obj["meta"])
+        m.check_loaded(str(path))
         return m
 
 

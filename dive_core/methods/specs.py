@@ -170,6 +170,18 @@ def _smec(d: int, k: int, hp: Mapping[str, Any]) -> None:
     as_float("smec", hp, "ads_lr", positive=True)
 
 
+def _query_side(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    check_shared("query_side", hp)
+    as_choice("query_side", hp, "doc_map", ("pca", "autoencoder", "truncate"))
+    as_choice("query_side", hp, "query_map", ("linear", "mlp", "procrustes"))
+    as_choice("query_side", hp, "loss", ("hinge", "softmax"))
+    for key in ("anchor", "margin", "gamma_geo"):
+        as_float("query_side", hp, key)
+    as_float("query_side", hp, "tau", positive=True)
+    as_float("query_side", hp, "doc_lr", positive=True)
+    as_int("query_side", hp, "doc_epochs")
+
+
 # --------------------------------------------------------------------------- the specs
 @dataclass(frozen=True)
 class MethodSpec:
@@ -206,6 +218,8 @@ SPECS: dict[str, MethodSpec] = {s.type: s for s in (
                _dive),
     MethodSpec("dive_corpus", True, ("margin", "lambda_view", "gamma_geo", "tau", "heads", "triplet_loss", "init",
                                      "corpus_docs", "gamma_corpus", *SHARED), _dive_corpus),
+    MethodSpec("query_side", True, ("doc_map", "query_map", "loss", "anchor", "margin", "tau", "gamma_geo", "doc_lr",
+                                    "doc_epochs", *SHARED), _query_side),
 )}
 
 

@@ -53,16 +53,17 @@ def selection_candidates(config: Mapping, study: str) -> dict[str, list[tuple[st
     ``dive_config``: the product of ``selection.dive_grid`` (``dive-{key}{value}...``); an empty
     grid is the paper's single point, whose only candidate is ``dive`` itself. A candidate whose
     overrides equal the base entry's values is the base method itself (its runs are shared).
-    ``arrival_variants``: the product of each method's grid in ``selection.arrival_grid``, every
-    candidate refitted under the arrival protocol (``{base}-{key}{value}...-arrival``, always its
-    own run)."""
+    ``arrival_variants``: the product of each method's grid in ``selection.arrival_grid`` (of the
+    bases an enabled experiment uses, :func:`arrival_bases_in_use`), every candidate refitted under
+    the arrival protocol (``{base}-{key}{value}...-arrival``, always its own run)."""
     sel = selection_settings(config)
     if study == "lr_audit":
         grids = {base: {"lr": list(values)} for base, values in sel["lr_audit"].items()}
     elif study == "dive_config":
         grids = {"dive": dict(sel["dive_grid"])}
     elif study == "arrival_variants":
-        grids = {base: dict(grid) for base, grid in sel["arrival_grid"].items()}
+        used = arrival_bases_in_use(config)
+        grids = {base: dict(grid) for base, grid in sel["arrival_grid"].items() if base in used}
     else:
         raise ConfigError(f"config: unknown selection study {study!r} (have {SELECTION_STUDIES})")
     out = {}
@@ -83,6 +84,21 @@ def selection_candidates(config: Mapping, study: str) -> dict[str, list[tuple[st
             cands.append((name, over))
         out[base] = cands
     return out
+
+
+def arrival_bases_in_use(config: Mapping) -> set[str]:
+    """The bases of ``selection.arrival_grid`` that a method of an enabled experiment takes its pick
+    from (``selected: arrival_variants/<base>``): the record covers these, so a config whose studies
+    use none of a variant does not train that variant's candidates."""
+    from .experiments import enabled_experiments, experiment
+
+    used = set()
+    for name in enabled_experiments(config):
+        for m in experiment(config, name)["methods"]:
+            study, _, base = str((config["methods"].get(m) or {}).get("selected", "")).partition("/")
+            if study == "arrival_variants":
+                used.add(base)
+    return used
 
 
 def arrival_references(config: Mapping) -> list[str]:
@@ -141,6 +157,11 @@ def selection_study(config: Mapping, method: str, stage: str = "final") -> str |
         raise ConfigError(f"config: methods.{method}.selected = {ref!r}: expected '<study>/<method>' "
                           f"with study in {SELECTION_STUDIES}")
     cands = selection_candidates(config, study)
+    grid = selection_settings(config)["arrival_grid"].get(base) if study == "arrival_variants" else None
+    if base not in cands and grid:
+        # a variant no enabled study uses: its runs still read the record, which refuses them
+        # (dive_core.selection.apply_selection: no pick) - the record covers the variants in use
+        return study if len(list(itertools.product(*grid.values()))) > 1 else None
     if base not in cands:
         raise ConfigError(f"config: methods.{method}.selected = {ref!r}: selection.{study} has no "
                           f"method {base!r} (have {sorted(cands)})")
