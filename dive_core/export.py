@@ -38,8 +38,9 @@ from .methods import Method, method_class
 
 CONFIG = "config.json"  # records.compressor_config: format records.COMPRESSOR_FORMAT
 WEIGHTS = "model.safetensors"
-# a record key that ties an asymmetric compressor's query map to its document map (query_side)
-PAIRED_MAPS = ("document_map",)
+# what a compressor recorded at its fit and keeps in an export: the document map an asymmetric
+# compressor's query map belongs to (query_side), and the drift guard's fit statistics
+RECORDED = ("document_map", "fit_statistics")
 
 
 # --------------------------------------------------------------------------- compressor alone
@@ -52,7 +53,7 @@ def save_compressor(method: Method, out_dir: str | Path, provenance: Mapping[str
     tmp = out / (WEIGHTS + ".tmp")
     save_file(state, str(tmp))
     tmp.replace(out / WEIGHTS)
-    provenance = {**dict(provenance or {}), **{key: method.meta[key] for key in PAIRED_MAPS if key in method.meta}}
+    provenance = {**dict(provenance or {}), **{key: method.meta[key] for key in RECORDED if key in method.meta}}
     config = records.compressor_config(type=method.type, d=method.d, k=method.k, seed=method.seed, hparams=method.hp,
                                        state_sha256=method.state_sha256(), provenance=provenance)
     records.write_compressor_config(out / CONFIG, config)
@@ -88,7 +89,7 @@ def load_compressor(path: str | Path, device: str = "cpu") -> Method:
     if m.state_sha256() != config["state_sha256"]:
         raise ValueError(f"{p}: weights do not match the recorded state_sha256")
     prov = config.get("provenance", {})
-    m.meta = {"export": prov, **{key: prov[key] for key in PAIRED_MAPS if key in prov}}
+    m.meta = {"export": prov, **{key: prov[key] for key in RECORDED if key in prov}}
     m.check_loaded(str(p))
     return m
 
@@ -180,8 +181,10 @@ class BeirDenseModel:
             self.compressor = load_compressor(folder, device)
 
     def _encode(self, texts: list[str], batch_size: int, queries: bool):
-        if self.st is not None:
-            return self.st.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+        if self.st is not None:  # encode_query / encode_document: the backbone's own prompts (EmbeddingGemma's),
+            # and the task that routes an asymmetric compressor's queries to its query map (CompressorModule)
+            encode = self.st.encode_query if queries else self.st.encode_document
+            return encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
         from .embeddings import l2_normalize
 
         raw = (self.backbone.encode_queries if queries else self.backbone.encode_docs)(texts)

@@ -11,8 +11,9 @@ if snakemake.rule == "compress_index":
 else:
     e = snakemake.params.entry
     method = compress.load_model(snakemake.input.model)
-    log.info("%s", compress.describe(compress.provenance(method)))
-    kw = dict(group=e["group"], id_column=e["id_column"], vector_column=e["vector_column"], progress=True)
+    log.info("%s", compress.describe(compress.provenance(method, e["side"])))
+    kw = dict(group=e["group"], id_column=e["id_column"], vector_column=e["vector_column"], progress=True,
+              side=e["side"])
     vectors = snakemake.input.vectors[0]
     if snakemake.rule == "compress_part":
         compress.compress_part(method, vectors, snakemake.output[0], snakemake.wildcards.shard, **kw)

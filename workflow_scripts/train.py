@@ -4,6 +4,7 @@ import time
 
 from dive_core import provenance, records, runlog, splits
 from dive_core.backbones import pick_device
+from dive_core.compress import drift
 from dive_core.data import sha256_file
 from dive_core.embeddings import read_embeddings
 from dive_core.methods import new_method
@@ -38,6 +39,7 @@ train_log = TrainLog(on_epoch=lambda r: log.info("epoch %s", {k: (round(v, 5) if
 t0 = time.perf_counter()
 method.fit(data, train_log)
 train_seconds = time.perf_counter() - t0
+method.meta["fit_statistics"] = drift.fit_statistics(method, data.docs)  # the drift guard's reference
 meta = records.checkpoint_meta(
     dataset=w.dataset, backbone=w.backbone, method=w.method, method_type=p.type, stage=w.stage, k=int(w.k),
     seed=int(w.seed), device=device, precision=p.precision, negatives=p.negatives if "triplets" in inp.keys() else None,

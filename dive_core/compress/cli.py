@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--side", choices=("document", "query"), default="document",
                     help="which map of an asymmetric compressor (query_side) to apply: document (the default: a "
                          "corpus) or query; a symmetric compressor maps both alike")
+    ap.add_argument("--drift-report", metavar="PATH",
+                    help="also write the drift guard's report (per input set) as JSON to PATH")
     ap.add_argument("--group", help="HDF5 input: compress only this group (default: the root, else every group)")
     ap.add_argument("--id-column", default=ID_COLUMN,
                     help=f"Parquet input: the id column (kept in OUTPUT; default {ID_COLUMN})")
@@ -62,16 +64,45 @@ def main(argv: list[str] | None = None) -> int:
         check_dims(method, sets, args.model)
         _check_output(Path(args.output), sets)
         t0 = time.perf_counter()
+        drift: list = []
         out = compress_file(method, args.input, args.output, args.encoding, group=args.group,
                             id_column=args.id_column, vector_column=args.vector_column, rows=args.rows,
-                            device=args.device, progress=not args.quiet, side=args.side)
+                            device=args.device, progress=not args.quiet, side=args.side, drift=drift)
         seconds = time.perf_counter() - t0
         n = sum(vf.n for vf in sets)
         print(f"{out}: {n} vectors {method.d} -> {method.k} dimensions, {args.encoding}, in {seconds:.1f} s "
               f"({n / max(seconds, 1e-9):.0f} vectors/s)")
+        reports = _drift_reports(drift, method, args)
+        if args.drift_report:
+            import json
+
+            from ..atomic import atomic_open
+
+            with atomic_open(args.drift_report, "w", encoding="utf-8") as fh:
+                json.dump(reports, fh, indent=2)
         if args.faiss:
             print(f"{write_faiss_index(out, args.faiss, progress=not args.quiet)}: FAISS index of {out}")
     except CompressError as exc:
         print(f"dive-compress: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _drift_reports(drift: list, method, args) -> list[dict]:
+    """Print the drift guard's report of each input set (or why there is none); return them."""
+    from .drift import describe
+
+    if args.side != "document":
+        print("drift guard: not applied to the query side", file=sys.stderr)
+        return []
+    if not drift:
+        print("drift guard: this compressor's record holds no fit statistics (trained before they were recorded)",
+              file=sys.stderr)
+        return []
+    out = []
+    for vf, monitor in drift:
+        where = f"{vf.path}" + (f" ({vf.group})" if vf.group else "")
+        report = monitor.report()
+        print(describe(report, where), file=sys.stderr)
+        out.append({"input": where, **report})
+    return out

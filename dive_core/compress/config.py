@@ -8,7 +8,8 @@ from typing import Any, Mapping
 from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFileError, ids_path, meta_path, vector_format
 
 ENTRY_DEFAULTS = {"shards": 1, "encoding": "float32", "faiss": False, "group": None, "id_column": ID_COLUMN,
-                  "vector_column": VECTOR_COLUMN}
+                  "vector_column": VECTOR_COLUMN, "side": "document"}
+SIDES = ("document", "query")  # dive_core.methods.base.SIDES (this module imports no torch)
 
 
 def entries(config: Mapping[str, Any]) -> dict[str, dict]:
@@ -37,6 +38,8 @@ def check_config(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"config: compress.{name}.input: {exc}") from None
         if e["encoding"] not in ENCODINGS:
             raise ConfigError(f"config: compress.{name}.encoding = {e['encoding']!r}: expected one of {ENCODINGS}")
+        if e["side"] not in SIDES:
+            raise ConfigError(f"config: compress.{name}.side = {e['side']!r}: expected one of {list(SIDES)}")
         if str(e["model"]).startswith(paths.COMPRESSED.split("{")[0]):
             raise ConfigError(f"config: compress.{name}.model: {e['model']} is a compressed output, not a compressor")
 

@@ -38,7 +38,8 @@ def part_range(n: int, part: str | None) -> tuple[int, int]:
 
 def compress_part(model, input: str | Path, part_dir: str | Path, part: str | None = None, *,
                   group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
-                  rows: int | None = None, device: str = "cpu", progress: bool = True, side: str = "document") -> Path:
+                  rows: int | None = None, device: str = "cpu", progress: bool = True, side: str = "document",
+                  drift: list | None = None) -> Path:
     """Compress one row range (``part``, ``"<i>of<N>"``; None: every row) of each vector set of
     ``input`` into float32 spool files ``part_dir/set<j>.h5``, each recording its rows and the
     per-coordinate min and max of its compressed rows (what SQ8 ranges are made of). The folder
@@ -58,7 +59,8 @@ def compress_part(model, input: str | Path, part_dir: str | Path, part: str | No
                 lo = np.full(method.k, np.inf, dtype=np.float32)
                 hi = np.full(method.k, -np.inf, dtype=np.float32)
                 with VectorWriter(tmp / SPOOL_SET.format(j), b - a, method.k) as w:
-                    for ids, y in compressed_chunks(method, vf, a, b, rows, bar, side):
+                    monitor = _monitor(method, side, drift, vf)
+                    for ids, y in compressed_chunks(method, vf, a, b, rows, bar, side, monitor):
                         w.write(ids, y)
                         if len(y):
                             np.minimum(lo, y.min(axis=0), out=lo)
@@ -72,6 +74,19 @@ def compress_part(model, input: str | Path, part_dir: str | Path, part: str | No
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return part_dir
+
+
+def _monitor(method, side: str, drift: list | None, vf):
+    """A drift monitor of ``vf``, appended to ``drift`` as ``(vf, monitor)``, when asked for and the
+    compressor recorded its fit's statistics (the document side only: queries are not documents)."""
+    stats = (method.meta or {}).get("fit_statistics")
+    if drift is None or stats is None or side != "document":
+        return None
+    from .drift import DriftMonitor
+
+    m = DriftMonitor(method, stats, side)
+    drift.append((vf, m))
+    return m
 
 
 def _part_meta(part_dir: Path, j: int) -> dict:
@@ -132,9 +147,12 @@ def _counted(blocks, bar):
 
 def compress_file(model, input: str | Path, output: str | Path, encoding: str = "float32", *,
                   group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
-                  rows: int | None = None, device: str = "cpu", progress: bool = True, side: str = "document") -> Path:
+                  rows: int | None = None, device: str = "cpu", progress: bool = True, side: str = "document",
+                  drift: list | None = None) -> Path:
     """Compress every row of ``input`` into ``output`` (what ``dive-compress`` does), by the map of
-    ``side``: ``document`` (a corpus: the default) or ``query`` (an asymmetric compressor's query map)."""
+    ``side``: ``document`` (a corpus: the default) or ``query`` (an asymmetric compressor's query map).
+    ``drift``: a list that receives ``(input set, drift report)`` per set, for a compressor whose
+    record holds fit statistics (:mod:`dive_core.compress.drift`), on the document side."""
     method = _method(model, device)
     sets = open_sets(input, group, id_column, vector_column)
     check_dims(method, sets, model)
@@ -146,13 +164,14 @@ def compress_file(model, input: str | Path, output: str | Path, encoding: str = 
         output.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.spool.") as spool:
             part = compress_part(method, input, Path(spool) / "all", None, group=group, id_column=id_column,
-                                 vector_column=vector_column, rows=rows, progress=progress, side=side)
+                                 vector_column=vector_column, rows=rows, progress=progress, side=side, drift=drift)
             return gather(method, input, [part], output, encoding, group=group, id_column=id_column,
                           vector_column=vector_column, progress=progress, side=side)
     prov = provenance(method, side)
     with _bar(sum(vf.n for vf in sets), "compress", progress) as bar:
         out_sets = [OutSet(vf.group, vf.n, method.k,
-                           rechunk(compressed_chunks(method, vf, 0, vf.n, rows, bar, side), write_rows(method.k)),
+                           rechunk(compressed_chunks(method, vf, 0, vf.n, rows, bar, side,
+                                                     _monitor(method, side, drift, vf)), write_rows(method.k)),
                            records.compressed(prov, vf, encoding))
                     for vf in sets]
         return write_output(output, out_sets, encoding, id_column)

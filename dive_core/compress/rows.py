@@ -67,14 +67,18 @@ def _finite(vf: VectorFile, ids: Sequence[str], x: np.ndarray, start: int) -> No
 
 
 def compressed_chunks(method, vf: VectorFile, start: int = 0, stop: int | None = None, rows: int | None = None,
-                      bar=None, side: str = "document") -> Iterator[tuple[list[str], np.ndarray]]:
+                      bar=None, side: str = "document", monitor=None) -> Iterator[tuple[list[str], np.ndarray]]:
     """``(ids, compressed float32 rows)`` of rows ``[start, stop)`` of ``vf``, chunk by chunk, by
-    the map of ``side`` (documents or queries)."""
+    the map of ``side`` (documents or queries); each chunk's input rows and codes go to
+    ``monitor.update`` (a :class:`~dive_core.compress.drift.DriftMonitor`) when given."""
     stop = vf.n if stop is None else stop
     pos = start
     for ids, x in vf.chunks(rows or chunk_rows(method), start=start, stop=stop):
         _finite(vf, ids, x, pos)
+        raw = x.copy() if monitor is not None else None  # compress_rows may normalise x in place
         y = compress_rows(method, x, side)
+        if monitor is not None:
+            monitor.update(raw, y)
         pos += len(ids)
         if bar is not None:
             bar.update(len(ids))

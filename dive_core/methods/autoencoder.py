@@ -44,3 +44,6 @@ class Autoencoder(TorchMethod):
 
     def transform(self, x):
         return self.net["encoder"](x)
+
+    def reconstruction_error(self, x):
+        return (self.net["decoder"](self.net["encoder"](x)) - x).norm(dim=-1)

@@ -109,6 +109,12 @@ class Method:
         of documents, and of queries too unless the method overrides :meth:`transform_query`."""
         raise NotImplementedError
 
+    def reconstruction_error(self, x: torch.Tensor) -> torch.Tensor | None:
+        """(n,) distance of each normalised frozen row from what the document map can represent
+        (``|x - reconstruction(x)|``), for a label-free map (the drift guard,
+        :mod:`dive_core.compress.drift`); None for a method without a reconstruction."""
+        return None
+
     def transform_query(self, x: torch.Tensor) -> torch.Tensor:
         """The query map (default: the document map). An asymmetric method (:mod:`.query_side`)
         maps queries into the document map's space by a map of their own."""

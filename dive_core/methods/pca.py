@@ -61,6 +61,11 @@ class PCA(Method):
     def transform(self, x):
         return (x - self.mean.to(x.device)) @ self.components.to(x.device)
 
+    def reconstruction_error(self, x):
+        r = x - self.mean.to(x.device)
+        comps = self.components.to(x.device)
+        return (r - (r @ comps) @ comps.T).norm(dim=-1)
+
     def state_dict(self):
         return {"mean": self.mean, "components": self.components}
 

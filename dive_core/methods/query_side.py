@@ -122,6 +122,9 @@ class QuerySide(TorchMethod):
     def transform(self, x):
         return self.doc.transform(x)
 
+    def reconstruction_error(self, x):
+        return self.doc.reconstruction_error(x)
+
     def transform_query(self, x):
         return self.net["query"](x, self.doc.transform(x))
 

@@ -10,3 +10,6 @@ class Truncate(Method):
 
     def transform(self, x):
         return x[:, : self.k]
+
+    def reconstruction_error(self, x):
+        return x[:, self.k:].norm(dim=-1)  # the dropped coordinates

@@ -1,0 +1,141 @@
+"""The drift guard: what a compressor's fit saw, and how far the vectors it is asked to compress
+have moved from it (docs/compressors.md#the-drift-guard).
+
+At training, :func:`fit_statistics` records, over the documents the fit saw (normalised frozen
+vectors), into the checkpoint's record (``meta["fit_statistics"]``):
+
+* ``mean``: their mean (d values);
+* ``code_min`` / ``code_max``: the per-coordinate range of their compressed codes (the document
+  side, L2-normalised: what an index stores, and what SQ8 calibrated on them would clip to);
+* ``reconstruction_error``: for a compressor with a label-free document map (PCA, the autoencoder,
+  truncation, a query_side's document map), quantiles of ``|x - reconstruction(x)|`` over them.
+
+``dive-compress`` feeds every row it compresses to a :class:`DriftMonitor` and reports, per input
+set: the share of vectors with a code outside the fit's ranges, the share of code values outside
+them (the share of SQ8 codes that saturate under ranges calibrated on the fit's documents), the
+distance between the input's mean and the fit's, and the reconstruction-error quantiles against the
+fit's. It warns above :data:`THRESHOLDS`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+QUANTILES = (0.5, 0.9, 0.99)
+#: warn when the share of code values outside the fit's per-coordinate ranges exceeds 1% (in
+#: distribution, a coordinate of a new vector exceeds the extremes of n fitted ones with probability
+#: about 2 / (n + 1): 0.05% for 4,000 documents), or when the median reconstruction error exceeds the
+#: fit's by more than 20%
+THRESHOLDS = {"outside_values_share": 0.01, "reconstruction_median_ratio": 1.2}
+CHUNK = 65536
+#: a code value counts as outside the fit's range only beyond it by more than this: the same document,
+#: normalised in another process or order, may land a float32 rounding step outside (codes lie in [-1, 1])
+RANGE_TOLERANCE = 1e-5
+
+
+def _quantiles(errors: np.ndarray) -> dict[str, float]:
+    return {f"q{int(q * 100)}": float(np.quantile(errors, q)) for q in QUANTILES}
+
+
+def _codes_and_errors(method, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Document codes (normalised) and reconstruction errors (or None) of normalised rows ``x``."""
+    import torch
+
+    codes = method.compress(x)
+    with torch.no_grad():
+        err = method.reconstruction_error(torch.as_tensor(np.asarray(x, dtype=np.float32), device=method.device))
+    return codes, (None if err is None else err.float().cpu().numpy())
+
+
+def fit_statistics(method, docs) -> dict[str, Any]:
+    """The statistics of the documents a fit saw (``docs``: (n, d) normalised frozen vectors, a
+    tensor or an array), in chunks."""
+    x = docs.detach().cpu().numpy() if hasattr(docs, "detach") else np.asarray(docs, dtype=np.float32)
+    n = int(x.shape[0])
+    total = np.zeros(x.shape[1], dtype=np.float64)
+    lo = np.full(method.k, np.inf, dtype=np.float32)
+    hi = np.full(method.k, -np.inf, dtype=np.float32)
+    errors = []
+    for s in range(0, n, CHUNK):
+        xb = np.ascontiguousarray(x[s:s + CHUNK], dtype=np.float32)
+        total += xb.sum(0, dtype=np.float64)
+        codes, err = _codes_and_errors(method, xb)
+        np.minimum(lo, codes.min(0), out=lo)
+        np.maximum(hi, codes.max(0), out=hi)
+        if err is not None:
+            errors.append(err)
+    return {"n": n, "mean": [float(v) for v in total / max(n, 1)], "code_min": [float(v) for v in lo],
+            "code_max": [float(v) for v in hi],
+            "reconstruction_error": _quantiles(np.concatenate(errors)) if errors else None}
+
+
+class DriftMonitor:
+    """Accumulates one input set's rows (raw; normalised here) and their compressed codes against
+    a fit's statistics; :meth:`report` gives the figures and the warnings."""
+
+    def __init__(self, method, stats: Mapping[str, Any], side: str = "document"):
+        self.method, self.stats, self.side = method, stats, side
+        self.lo = np.asarray(stats["code_min"], dtype=np.float32) - RANGE_TOLERANCE
+        self.hi = np.asarray(stats["code_max"], dtype=np.float32) + RANGE_TOLERANCE
+        self.n = self.rows_out = self.values_out = 0
+        self.total = np.zeros(len(stats["mean"]), dtype=np.float64)
+        self.errors: list[np.ndarray] = []
+
+    def update(self, x: np.ndarray, codes: np.ndarray) -> None:
+        from ..embeddings import l2_normalize
+
+        if not len(x):
+            return
+        xn = l2_normalize(np.asarray(x, dtype=np.float32))
+        outside = (codes < self.lo) | (codes > self.hi)
+        self.n += len(x)
+        self.rows_out += int(outside.any(1).sum())
+        self.values_out += int(outside.sum())
+        self.total += xn.sum(0, dtype=np.float64)
+        if self.stats.get("reconstruction_error") is not None:
+            import torch
+
+            with torch.no_grad():
+                err = self.method.reconstruction_error(torch.as_tensor(xn, device=self.method.device))
+            self.errors.append(err.float().cpu().numpy())
+
+    def report(self) -> dict[str, Any]:
+        n = max(self.n, 1)
+        out = {"n": self.n, "side": self.side, "fit_n": self.stats["n"],
+               "outside_rows_share": self.rows_out / n,
+               "outside_values_share": self.values_out / (n * len(self.lo)),
+               "mean_shift": float(np.linalg.norm(self.total / n - np.asarray(self.stats["mean"]))),
+               "reconstruction_error": None, "thresholds": dict(THRESHOLDS), "warnings": []}
+        fit_err = self.stats.get("reconstruction_error")
+        if fit_err is not None and self.errors:
+            mine = _quantiles(np.concatenate(self.errors))
+            ratio = mine["q50"] / fit_err["q50"] if fit_err["q50"] > 0 else math.inf
+            out["reconstruction_error"] = {"fit": dict(fit_err), "input": mine, "median_ratio": ratio}
+            if ratio > THRESHOLDS["reconstruction_median_ratio"]:
+                out["warnings"].append(
+                    f"median reconstruction error {mine['q50']:.4f} is {ratio:.2f}x the fit's {fit_err['q50']:.4f} "
+                    f"(threshold {THRESHOLDS['reconstruction_median_ratio']}x): these vectors lie off the subspace the "
+                    "document map was fitted on")
+        if out["outside_values_share"] > THRESHOLDS["outside_values_share"]:
+            out["warnings"].append(
+                f"{out['outside_values_share']:.2%} of code values lie outside the fit's per-coordinate ranges "
+                f"(threshold {THRESHOLDS['outside_values_share']:.0%}; {out['outside_rows_share']:.1%} of vectors): "
+                "SQ8 calibrated on the fitted documents would saturate them")
+        return out
+
+
+def describe(report: Mapping[str, Any], where: str) -> str:
+    """The report as lines for a terminal."""
+    lines = [f"drift of {where} ({report['n']} vectors, {report['side']} side) against the fit's {report['fit_n']} "
+             f"documents: {report['outside_rows_share']:.2%} of vectors and {report['outside_values_share']:.3%} of "
+             f"code values outside the fit's ranges; mean shift {report['mean_shift']:.4f}"]
+    rec = report["reconstruction_error"]
+    if rec:
+        q = lambda d: " / ".join(f"{d[k]:.4f}" for k in ("q50", "q90", "q99"))  # noqa: E731
+        lines.append(f"  reconstruction error q50 / q90 / q99: {q(rec['input'])} (fit: {q(rec['fit'])}; median "
+                     f"ratio {rec['median_ratio']:.3f})")
+    lines += [f"  WARNING: {w}" for w in report["warnings"]]
+    return "\n".join(lines)
