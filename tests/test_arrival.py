@@ -274,7 +274,8 @@ def test_the_arrival_study_refits_every_method_that_fits_and_shares_the_others()
     assert exp["methods"] == ["frozen", "truncate", "pca-arrival", "autoencoder-arrival", "mrl-arrival",
                               "search_adaptor-arrival", "smec-arrival", "dive-arrival", "dive-pcainit-arrival",
                               "dive-corpusgeo-arrival", "dive-pcacorpus-arrival", "qside-linear-arrival",
-                              "qside-mlp-arrival", "qside-procrustes-arrival", "qside-ae-arrival"]
+                              "qside-mlp-arrival", "qside-procrustes-arrival", "qside-ae-arrival",
+                              "qside-known-arrival"]
     seeds = {r["method"]: [] for r in p.runs("arrival")}
     for r in p.runs("arrival"):
         seeds[r["method"]].append(r["seed"])

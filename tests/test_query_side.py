@@ -16,13 +16,19 @@ from dive_core.training import TrainLog
 from synthetic import make_problem
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("qside-linear", "qside-mlp", "qside-procrustes", "qside-ae")
+VARIANTS = ("qside-linear", "qside-mlp", "qside-procrustes", "qside-ae", "qside-known")
 
 
 def configured(name: str, **over) -> dict:
     """The hyperparameters of ``methods.<name>`` in config/config.yaml (training shortened by ``over``)."""
     cfg = dcfg.load_yaml(ROOT / "config" / "config.yaml")
     return {**plan.method_hparams(cfg, name), **over}
+
+
+def make(name: str, problem, seed: int = 2027, **over):
+    """A fresh method of config entry ``name`` (its type) at its configured values and ``over``."""
+    cfg = dcfg.load_yaml(ROOT / "config" / "config.yaml")
+    return new_method(cfg["methods"][name]["type"], problem.d, problem.k, configured(name, **over), seed)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +44,7 @@ SHORT = dict(epochs=2, doc_epochs=2, hidden=32, batch_size=32)
 def test_the_untrained_query_map_is_the_document_map_bit_for_bit(problem, name):
     """At every configured variant: fresh, and with the document map fitted but the query side
     not yet trained, queries and documents go through the same map, exactly."""
-    m = new_method("query_side", problem.d, problem.k, configured(name, **SHORT), 2027)
+    m = make(name, problem, **SHORT)
     q = problem.val_queries
     assert np.array_equal(m.compress(q, side="query"), m.compress(q, side="document"))
     m.fit_document_map(problem.train, TrainLog(), progress=False)
@@ -308,3 +314,33 @@ def test_the_arrival_selection_covers_the_variants_an_enabled_study_uses():
     runs = alone.selection_runs("arrival_variants", "mpnet")
     assert {r["method"] for r in runs} == {n for c in cands.values() for n, _ in c} | {"dive-arrival", "mrl-arrival"}
     assert plan.selection_study(alone.config, "dive-pcainit-arrival") == "arrival_variants"
+
+
+# --------------------------------------------------------------------------- query_side_known
+def test_known_documents_keep_a_trained_offset_and_arriving_ones_the_label_free_code(problem, tmp_path):
+    """Fitted on the first 200 documents: after training, those 200 get codes away from the document
+    map's; the 100 others get the document map's code exactly; a checkpoint round-trips and
+    refuses offsets of another fit."""
+    from dive_core.training import FitData
+
+    tr = problem.train
+    keep = tr.t_p < 200
+    keep &= tr.t_n < 200
+    data = FitData(tr.docs[:200], tr.queries, tr.t_q[keep], tr.t_p[keep], tr.t_n[keep], tr.y_p[keep], tr.y_n[keep])
+    m = make("qside-known", problem, epochs=5, offset_anchor=0.01, batch_size=32, hidden=32)
+    m.fit(data, TrainLog(), progress=False)
+    label_free = m.doc.compress(problem.docs)
+    codes = m.compress(problem.docs)
+    assert np.array_equal(codes[200:], label_free[200:])
+    moved = np.abs(codes[:200] - label_free[:200]).max(1) > 1e-4
+    assert moved.mean() > 0.5  # the triplets' documents moved (a document no triplet names keeps a zero offset)
+    m.save(tmp_path / "k.pt")
+    back = Method.load(tmp_path / "k.pt")
+    assert np.array_equal(back.compress(problem.docs), codes)
+    obj = torch.load(tmp_path / "k.pt", weights_only=True)
+    obj["state"]["query.known.offsets"] = obj["state"]["query.known.offsets"] * 2
+    back.load_state_dict(obj["state"])
+    obj["state_sha256"] = back.state_sha256()
+    torch.save(obj, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match=r"other.pt: the document map and known-document codes are not the ones"):
+        Method.load(tmp_path / "other.pt")

@@ -156,10 +156,10 @@ def test_arrival_runs_fit_on_known_documents_only(workdir):
     fitted = sorted((workdir / f"results/{DS}/minilm").glob("*-arrival/k64/*/seed*/model.pt"))
     final = {p.parts[-5] for p in fitted if p.parts[-3] == "final"}  # .../{method}/k64/{stage}/seed{seed}/model.pt
     variants = ("dive-pcainit", "dive-corpusgeo", "dive-pcacorpus", "qside-linear", "qside-mlp", "qside-procrustes",
-                "qside-ae")
+                "qside-ae", "qside-known")
     assert final == {f"{m}-arrival" for m in METHODS + variants if m not in ("frozen", "truncate")}
-    assert len([p for p in fitted if p.parts[-3] == "final"]) == 13 + 1  # DIVE: two seeds (config/test.yaml)
-    assert len([p for p in fitted if p.parts[-3] == "select"]) == 7 * 2 + 2  # candidates + dive, mrl
+    assert len([p for p in fitted if p.parts[-3] == "final"]) == 14 + 1  # DIVE: two seeds (config/test.yaml)
+    assert len([p for p in fitted if p.parts[-3] == "select"]) == 8 * 2 + 2  # candidates + dive, mrl
     for p in fitted:
         meta = torch.load(p, weights_only=True)["meta"]
         assert meta["fingerprints"]["fit_docs_sha256"] == known, p

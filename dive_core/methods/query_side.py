@@ -226,3 +226,113 @@ def refit_query_side(method: QuerySide, data, log, seed: int | None = None, hpar
     new.meta["document_map"] = new.document_record()
     new.fit_query_map(data, log, progress)
     return new
+
+
+MATCH_TOLERANCE = 1e-4  # squared distance in the document map's space under which a row is a fitted document
+
+
+@register
+class QuerySideKnown(QuerySide):
+    """Known documents keep a supervised code; every other document gets the label-free one, in the
+    same space (docs/methods.md#query-side)::
+
+        c(x) = D(x) + o_i   if D(x) is the code of fitted document i (squared distance < 1e-4)
+        c(x) = D(x)         otherwise (a document that arrived after the fit)
+
+    The offsets ``o_i`` (one k-vector per fitted document, zero at initialisation) are trained with
+    the query side on the triplets, whose documents are all fitted ones, with the penalty
+    ``offset_anchor * mean_i |o_i|^2`` over the batch's documents: they keep the supervised codes
+    near the label-free ones, so the scores of known and arriving documents stay comparable. The
+    untrained method is its document map, exactly (tested). Unlike ``query_side``, the document
+    side depends on labels for the known documents, by design; its record covers the offsets."""
+
+    type = "query_side_known"
+
+    def build(self) -> None:
+        super().build()
+        self.net["known"] = _KnownCodes(self.k).to(self.device)
+
+    def fit_query_map(self, data, log, progress: bool = True) -> None:
+        with torch.no_grad():
+            self.net["known"].reset(self.doc.transform(data.docs))
+        super().fit_query_map(data, log, progress)
+        self.meta["document_map"] = self.document_record()
+
+    def document_record(self) -> dict:
+        rec = super().document_record()
+        if "known" in self.net:
+            import hashlib
+
+            h = hashlib.sha256(rec["state_sha256"].encode())
+            for name, t in sorted(self.net["known"].state_dict().items()):
+                h.update(name.encode())
+                h.update(t.detach().cpu().contiguous().numpy().tobytes())
+            rec["state_sha256"] = h.hexdigest()
+            rec["known_documents"] = int(self.net["known"].base.shape[0])
+        return rec
+
+    def check_loaded(self, source: str = "checkpoint") -> None:
+        rec = self.meta.get("document_map") or {}
+        want = rec.get("state_sha256")
+        self.doc.seed = int(rec.get("seed", self.seed))
+        if want is None or self.document_record()["state_sha256"] != want:
+            raise ValueError(f"{source}: the document map and known-document codes are not the ones its query "
+                             "side was fitted to: the two maps come from different fits")
+
+    def transform(self, x):
+        return self.net["known"](self.doc.transform(x))
+
+    def doc_codes(self, data, rows):
+        """Normalised codes of fitted documents ``rows`` (with their offsets: they train)."""
+        known = self.net["known"]
+        return normalize(known.base[rows] + known.offsets[rows])
+
+    def batch_loss(self, data, idx):
+        tp, tn = data.t_p[idx], data.t_n[idx]
+        rows = data.t_q[idx]
+        z, base = data.queries[rows], self._query_base[rows]
+        u = self.net["query"](z, base)
+        q = normalize(u)
+        p, n = self.doc_codes(data, tp), self.doc_codes(data, tn)
+        if self.hp["loss"] == "softmax":
+            known = self.net["known"]
+            main = self.softmax_loss(q, normalize(known.base + known.offsets), tp)
+        else:
+            main = self.triplet_loss(q, p, n)
+        gam, lam, lo = float(self.hp["gamma_geo"]), float(self.hp["anchor"]), float(self.hp["offset_anchor"])
+        zero = main.new_zeros(())
+        geo = gam * self.geo_loss(q, z) if gam else zero
+        anchor = lam * (u - base).pow(2).sum(-1).mean() if lam else zero
+        offs = self.net["known"].offsets[torch.cat([tp, tn])]
+        offset = lo * offs.pow(2).sum(-1).mean() if lo else zero
+        with torch.no_grad():
+            rho = self.triplet_loss.active(q, p, n).float().mean()
+        return {"loss": main + geo + anchor + offset, "query": main.detach(), "geo": geo.detach(),
+                "anchor": anchor.detach(), "offset": offset.detach(), "rho": rho}
+
+    def load_state_dict(self, state) -> None:
+        n = state["query.known.base"].shape[0]
+        self.net["known"].reset(torch.zeros(n, self.k, device=self.device))
+        super().load_state_dict(state)
+
+
+class _KnownCodes(nn.Module):
+    """The fitted documents' label-free codes (``base``, for matching) and their trained offsets."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.register_buffer("base", torch.zeros(0, k))  # cpu: the module moves to the device
+        self.offsets = nn.Parameter(torch.zeros(0, k))
+
+    def reset(self, base: torch.Tensor) -> None:
+        self.base = base.detach().clone()
+        self.offsets = nn.Parameter(torch.zeros_like(self.base))
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """``codes`` plus the offset of the fitted document each row is (if any)."""
+        if not len(self.base) or not len(codes):
+            return codes
+        d = torch.cdist(codes, self.base).pow(2)
+        best, i = d.min(dim=1)
+        hit = best < MATCH_TOLERANCE
+        return codes + self.offsets[i] * hit.unsqueeze(1).to(codes.dtype)

@@ -182,6 +182,11 @@ def _query_side(d: int, k: int, hp: Mapping[str, Any]) -> None:
     as_int("query_side", hp, "doc_epochs")
 
 
+def _query_side_known(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    _query_side(d, k, hp)
+    as_float("query_side_known", hp, "offset_anchor")
+
+
 # --------------------------------------------------------------------------- the specs
 @dataclass(frozen=True)
 class MethodSpec:
@@ -220,6 +225,8 @@ SPECS: dict[str, MethodSpec] = {s.type: s for s in (
                                      "corpus_docs", "gamma_corpus", *SHARED), _dive_corpus),
     MethodSpec("query_side", True, ("doc_map", "query_map", "loss", "anchor", "margin", "tau", "gamma_geo", "doc_lr",
                                     "doc_epochs", *SHARED), _query_side),
+    MethodSpec("query_side_known", True, ("doc_map", "query_map", "loss", "anchor", "margin", "tau", "gamma_geo",
+                                          "doc_lr", "doc_epochs", "offset_anchor", *SHARED), _query_side_known),
 )}
 
 
