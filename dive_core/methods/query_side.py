@@ -165,24 +165,33 @@ class QuerySide(TorchMethod):
                              self.net.parameters(), phase="query", progress=progress)
         self._doc_codes = self._query_base = None
 
+    def doc_codes(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The normalised codes of the fitted documents ``rows`` (all of them for None) that the
+        query side trains against: fixed here, trainable in :class:`QuerySideKnown`."""
+        return self._doc_codes if rows is None else self._doc_codes[rows]
+
+    def doc_terms(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Extra loss terms on the batch's documents ``rows`` (none here)."""
+        return {}
+
     def batch_loss(self, data, idx):
+        tp, tn = data.t_p[idx], data.t_n[idx]
         rows = data.t_q[idx]
         z, base = data.queries[rows], self._query_base[rows]
         u = self.net["query"](z, base)
         q = normalize(u)
-        if self.hp["loss"] == "softmax":
-            main = self.softmax_loss(q, self._doc_codes, data.t_p[idx])
-        else:
-            main = self.triplet_loss(q, self._doc_codes[data.t_p[idx]], self._doc_codes[data.t_n[idx]])
+        p, n = self.doc_codes(tp), self.doc_codes(tn)
+        main = self.softmax_loss(q, self.doc_codes(), tp) if self.hp["loss"] == "softmax" else \
+            self.triplet_loss(q, p, n)
         gam, lam = float(self.hp["gamma_geo"]), float(self.hp["anchor"])
         zero = main.new_zeros(())
         geo = gam * self.geo_loss(q, z) if gam else zero
         anchor = lam * (u - base).pow(2).sum(-1).mean() if lam else zero
+        extra = self.doc_terms(torch.cat([tp, tn]))
         with torch.no_grad():
-            rho = self.triplet_loss.active(q, self._doc_codes[data.t_p[idx]],
-                                           self._doc_codes[data.t_n[idx]]).float().mean()
-        return {"loss": main + geo + anchor, "query": main.detach(), "geo": geo.detach(),
-                "anchor": anchor.detach(), "rho": rho}
+            rho = self.triplet_loss.active(q, p, n).float().mean()
+        return {"loss": main + geo + anchor + sum(extra.values(), zero), "query": main.detach(), "geo": geo.detach(),
+                "anchor": anchor.detach(), **{k: v.detach() for k, v in extra.items()}, "rho": rho}
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self):
@@ -282,33 +291,16 @@ class QuerySideKnown(QuerySide):
     def transform(self, x):
         return self.net["known"](self.doc.transform(x))
 
-    def doc_codes(self, data, rows):
-        """Normalised codes of fitted documents ``rows`` (with their offsets: they train)."""
+    def doc_codes(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The fitted documents' codes with their offsets (which train)."""
         known = self.net["known"]
-        return normalize(known.base[rows] + known.offsets[rows])
+        return normalize(known.base + known.offsets) if rows is None else \
+            normalize(known.base[rows] + known.offsets[rows])
 
-    def batch_loss(self, data, idx):
-        tp, tn = data.t_p[idx], data.t_n[idx]
-        rows = data.t_q[idx]
-        z, base = data.queries[rows], self._query_base[rows]
-        u = self.net["query"](z, base)
-        q = normalize(u)
-        p, n = self.doc_codes(data, tp), self.doc_codes(data, tn)
-        if self.hp["loss"] == "softmax":
-            known = self.net["known"]
-            main = self.softmax_loss(q, normalize(known.base + known.offsets), tp)
-        else:
-            main = self.triplet_loss(q, p, n)
-        gam, lam, lo = float(self.hp["gamma_geo"]), float(self.hp["anchor"]), float(self.hp["offset_anchor"])
-        zero = main.new_zeros(())
-        geo = gam * self.geo_loss(q, z) if gam else zero
-        anchor = lam * (u - base).pow(2).sum(-1).mean() if lam else zero
-        offs = self.net["known"].offsets[torch.cat([tp, tn])]
-        offset = lo * offs.pow(2).sum(-1).mean() if lo else zero
-        with torch.no_grad():
-            rho = self.triplet_loss.active(q, p, n).float().mean()
-        return {"loss": main + geo + anchor + offset, "query": main.detach(), "geo": geo.detach(),
-                "anchor": anchor.detach(), "offset": offset.detach(), "rho": rho}
+    def doc_terms(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        lo = float(self.hp["offset_anchor"])
+        offs = self.net["known"].offsets[rows]
+        return {"offset": lo * offs.pow(2).sum(-1).mean() if lo else offs.new_zeros(())}
 
     def load_state_dict(self, state) -> None:
         n = state["query.known.base"].shape[0]
