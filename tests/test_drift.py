@@ -111,3 +111,27 @@ def test_dive_compress_reports_drift_per_input_and_writes_it(problem, tmp_path, 
     # the report changes nothing in the output
     out = C.decode(tmp_path / "known-out.npy")[1]
     assert np.allclose(out, m.compress(problem.train.docs.numpy()), atol=1e-6)
+
+
+def test_the_mean_shift_is_measured_against_sampling_noise():
+    """Hand-built: the fit's mean (0, 0) and total variance 1; inputs whose normalised mean is (1, 0):
+    shift 1, z = 1 / sqrt(1 / n): 2 for 4 vectors (no warning), 4 for 16 (a warning, threshold 3)."""
+
+    class Stub:
+        k, meta, device = 2, {}, "cpu"
+
+    stats = {"n": 10, "mean": [0.0, 0.0], "total_variance": 1.0, "code_min": [-1.0, -1.0], "code_max": [1.0, 1.0],
+             "reconstruction_error": None}
+    for n, z, warned in ((4, 2.0, False), (16, 4.0, True)):
+        mon = drift.DriftMonitor(Stub(), stats)
+        x = np.tile(np.array([[5.0, 0.0]], np.float32), (n, 1))  # raw: normalised to (1, 0)
+        mon.update(x, np.zeros((n, 2), np.float32))
+        rep = mon.report()
+        assert rep["mean_shift"] == pytest.approx(1.0) and rep["mean_shift_z"] == pytest.approx(z)
+        assert any("they come from elsewhere" in w for w in rep["warnings"]) == warned
+
+
+def test_fit_statistics_total_variance_is_the_trace_of_the_covariance(problem):
+    m = fitted(problem)
+    x = problem.train.docs.numpy().astype(np.float64)
+    assert m.meta["fit_statistics"]["total_variance"] == pytest.approx(x.var(0).sum(), rel=1e-6)

@@ -4,7 +4,7 @@ have moved from it (docs/compressors.md#the-drift-guard).
 At training, :func:`fit_statistics` records, over the documents the fit saw (normalised frozen
 vectors), into the checkpoint's record (``meta["fit_statistics"]``):
 
-* ``mean``: their mean (d values);
+* ``mean``: their mean (d values), and ``total_variance``: the mean of ``|x - mean|^2``;
 * ``code_min`` / ``code_max``: the per-coordinate range of their compressed codes (the document
   side, L2-normalised: what an index stores, and what SQ8 calibrated on them would clip to);
 * ``reconstruction_error``: for a compressor with a label-free document map (PCA, the autoencoder,
@@ -13,8 +13,9 @@ vectors), into the checkpoint's record (``meta["fit_statistics"]``):
 ``dive-compress`` feeds every row it compresses to a :class:`DriftMonitor` and reports, per input
 set: the share of vectors with a code outside the fit's ranges, the share of code values outside
 them (the share of SQ8 codes that saturate under ranges calibrated on the fit's documents), the
-distance between the input's mean and the fit's, and the reconstruction-error quantiles against the
-fit's. It warns above :data:`THRESHOLDS`.
+distance between the input's mean and the fit's (and that distance over what sampling alone would
+give, ``mean_shift_z``), and the reconstruction-error quantiles against the fit's. It warns above
+:data:`THRESHOLDS`.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ import numpy as np
 QUANTILES = (0.5, 0.9, 0.99)
 #: warn when the share of code values outside the fit's per-coordinate ranges exceeds 1% (in
 #: distribution, a coordinate of a new vector exceeds the extremes of n fitted ones with probability
-#: about 2 / (n + 1): 0.05% for 4,000 documents), or when the median reconstruction error exceeds the
-#: fit's by more than 20%
-THRESHOLDS = {"outside_values_share": 0.01, "reconstruction_median_ratio": 1.2}
+#: about 2 / (n + 1): 0.05% for 4,000 documents), when the median reconstruction error exceeds the
+#: fit's by more than 20%, or when the input's mean lies further from the fit's than 3 times what
+#: drawing n vectors of the fit's own distribution would give: for n vectors drawn independently
+#: from it, E|mean_n - mean|^2 = total_variance / n, so ``mean_shift_z = |mean_n - mean| /
+#: sqrt(total_variance / n)`` is about 1 (high-dimensional vectors: it concentrates there)
+THRESHOLDS = {"outside_values_share": 0.01, "reconstruction_median_ratio": 1.2, "mean_shift_z": 3.0}
 CHUNK = 65536
 #: a code value counts as outside the fit's range only beyond it by more than this: the same document,
 #: normalised in another process or order, may land a float32 rounding step outside (codes lie in [-1, 1])
@@ -56,18 +60,22 @@ def fit_statistics(method, docs) -> dict[str, Any]:
     x = docs.detach().cpu().numpy() if hasattr(docs, "detach") else np.asarray(docs, dtype=np.float32)
     n = int(x.shape[0])
     total = np.zeros(x.shape[1], dtype=np.float64)
+    squares = 0.0
     lo = np.full(method.k, np.inf, dtype=np.float32)
     hi = np.full(method.k, -np.inf, dtype=np.float32)
     errors = []
     for s in range(0, n, CHUNK):
         xb = np.ascontiguousarray(x[s:s + CHUNK], dtype=np.float32)
         total += xb.sum(0, dtype=np.float64)
+        squares += float(np.square(xb, dtype=np.float64).sum())
         codes, err = _codes_and_errors(method, xb)
         np.minimum(lo, codes.min(0), out=lo)
         np.maximum(hi, codes.max(0), out=hi)
         if err is not None:
             errors.append(err)
-    return {"n": n, "mean": [float(v) for v in total / max(n, 1)], "code_min": [float(v) for v in lo],
+    mean = total / max(n, 1)
+    return {"n": n, "mean": [float(v) for v in mean], "total_variance": squares / max(n, 1) - float(mean @ mean),
+            "code_min": [float(v) for v in lo],
             "code_max": [float(v) for v in hi],
             "reconstruction_error": _quantiles(np.concatenate(errors)) if errors else None}
 
@@ -108,7 +116,14 @@ class DriftMonitor:
                "outside_rows_share": self.rows_out / n,
                "outside_values_share": self.values_out / (n * len(self.lo)),
                "mean_shift": float(np.linalg.norm(self.total / n - np.asarray(self.stats["mean"]))),
-               "reconstruction_error": None, "thresholds": dict(THRESHOLDS), "warnings": []}
+               "mean_shift_z": None, "reconstruction_error": None, "thresholds": dict(THRESHOLDS), "warnings": []}
+        if self.stats.get("total_variance"):
+            out["mean_shift_z"] = out["mean_shift"] / math.sqrt(self.stats["total_variance"] / n)
+            if out["mean_shift_z"] > THRESHOLDS["mean_shift_z"]:
+                out["warnings"].append(
+                    f"the mean of these vectors lies {out['mean_shift']:.4f} from the fit's, {out['mean_shift_z']:.1f}x "
+                    f"what {self.n} vectors drawn from the fitted documents' distribution would give (threshold "
+                    f"{THRESHOLDS['mean_shift_z']}x): they come from elsewhere")
         fit_err = self.stats.get("reconstruction_error")
         if fit_err is not None and self.errors:
             mine = _quantiles(np.concatenate(self.errors))
@@ -131,7 +146,8 @@ def describe(report: Mapping[str, Any], where: str) -> str:
     """The report as lines for a terminal."""
     lines = [f"drift of {where} ({report['n']} vectors, {report['side']} side) against the fit's {report['fit_n']} "
              f"documents: {report['outside_rows_share']:.2%} of vectors and {report['outside_values_share']:.3%} of "
-             f"code values outside the fit's ranges; mean shift {report['mean_shift']:.4f}"]
+             f"code values outside the fit's ranges; mean shift {report['mean_shift']:.4f}"
+             + (f" ({report['mean_shift_z']:.1f}x sampling)" if report.get("mean_shift_z") is not None else "")]
     rec = report["reconstruction_error"]
     if rec:
         q = lambda d: " / ".join(f"{d[k]:.4f}" for k in ("q50", "q90", "q99"))  # noqa: E731
