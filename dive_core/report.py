@@ -158,13 +158,14 @@ def significance_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str]
     return out
 
 
-def paired(runs: Sequence[Mapping], base: Sequence[Mapping], per_query: Mapping[tuple, str], metric: str) -> dict:
-    """``runs`` against ``base`` on their common queries, each side's per-query scores averaged over
-    its seeds: both means, the mean difference, the query count and the two-sided paired
-    randomization test's p."""
+def paired(runs: Sequence[Mapping], base: Sequence[Mapping], per_query: Mapping[tuple, str], metric: str,
+           queries: Iterable[str] | None = None) -> dict:
+    """``runs`` against ``base`` on their common queries (of ``queries`` only, if given), each side's
+    per-query scores averaged over its seeds: both means, the mean difference, the query count and
+    the two-sided paired randomization test's p."""
     a = per_query_means([per_query[run_key(r)] for r in runs], metric)
     b = per_query_means([per_query[run_key(r)] for r in base], metric)
-    qs = sorted(set(a) & set(b))
+    qs = sorted(set(a) & set(b) & (set(a) if queries is None else set(queries)))
     n = len(qs)
     return {"n_queries": n, "mean": sum(a[q] for q in qs) / n if n else float("nan"),
             "baseline_mean": sum(b[q] for q in qs) / n if n else float("nan"),
@@ -185,7 +186,11 @@ def versus_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], base
                 metric: str = "ndcg@10") -> list[dict]:
     """Every compressed method of each (backbone, dataset, dimension) against ``baseline`` (the
     method of that name, same dimension): mean difference and two-sided paired randomization test
-    on per-query scores averaged over seeds. Empty when the study has no ``baseline`` runs."""
+    on per-query scores averaged over seeds, over all queries and (``subsets``) over the ``seen`` and
+    the ``unseen`` ones (docs/protocol.md#evaluation: whether a relevant document of the query was a
+    training positive). Empty when the study has no ``baseline`` runs."""
+    from .evaluation import read_per_query
+
     by: dict[tuple, list[Mapping]] = {}
     for r in results:
         by.setdefault((r.get("backbone", ""), r["dataset"], r["k"], r["method"]), []).append(r)
@@ -195,8 +200,12 @@ def versus_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], base
         if me == baseline or base is None or runs[0]["method_type"] == "frozen" or \
                 any(run_key(r) not in per_query for r in [*runs, *base]):
             continue
+        flags = read_per_query(per_query[run_key(base[0])])
+        seen = {q for q, row in flags.items() if row["seen"]}
+        subsets = {name: paired(runs, base, per_query, metric, qs)
+                   for name, qs in (("seen", seen), ("unseen", set(flags) - seen))}
         out.append({"backbone": bb, "dataset": ds, "k": k, "metric": metric, "method": me, "baseline": baseline,
-                    "seeds": len(runs), **paired(runs, base, per_query, metric)})
+                    "seeds": len(runs), **paired(runs, base, per_query, metric), "subsets": subsets})
     return sorted(out, key=lambda r: (r["backbone"], r["dataset"], r["k"], -r["mean_diff"]))
 
 
@@ -208,10 +217,19 @@ def versus_markdown(rows: Sequence[Mapping]) -> str:
         "Each compressed method against keeping the backbone's first k coordinates (for a Matryoshka-trained "
         f"backbone, the compression it was trained for) at the same k; {rows[0]['metric']} per query averaged over "
         "seeds, two-sided paired randomization test, 10,000 sign flips. Δ > 0 with p < 0.05: the method beats "
-        "truncation.",
-        ["backbone", "dataset", "k", "method", "seeds", "nDCG@10", "truncation", "Δ", "p", "queries"],
+        "truncation. Also on the seen and the unseen queries alone (a relevant document of a seen query was a "
+        "training positive): Δ (p, queries).",
+        ["backbone", "dataset", "k", "method", "seeds", "nDCG@10", "truncation", "Δ", "p", "queries", "seen: Δ (p, n)",
+         "unseen: Δ (p, n)"],
         [f"| {r['backbone']} | {r['dataset']} | {r['k']} | {r['method']} | {r['seeds']} | {r['mean']:.4f} | "
-         f"{r['baseline_mean']:.4f} | {r['mean_diff']:+.4f} | {r['p_value']:.4f} | {r['n_queries']} |" for r in rows])
+         f"{r['baseline_mean']:.4f} | {r['mean_diff']:+.4f} | {r['p_value']:.4f} | {r['n_queries']} | "
+         + " | ".join(_subset_cell(r.get("subsets", {}).get(s)) for s in ("seen", "unseen")) + " |" for r in rows])
+
+
+def _subset_cell(pair: Mapping | None) -> str:
+    if not pair or not pair["n_queries"]:
+        return "-"
+    return f"{pair['mean_diff']:+.4f} ({pair['p_value']:.3f}, {pair['n_queries']})"
 
 
 def significance_markdown(rows: Sequence[Mapping]) -> str:

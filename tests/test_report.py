@@ -65,8 +65,8 @@ def test_paired_randomization():
 def test_significance_uses_per_query_scores(tmp_path):
     def pq(name, scores):
         path = tmp_path / f"{name}.tsv"
-        write_per_query(path, {f"q{i}": {"ndcg@10": s, "recall@10": s, "recall@100": s, "mrr@10": s, "seen": 1}
-                               for i, s in enumerate(scores)})
+        write_per_query(path, {f"q{i}": {"ndcg@10": s, "recall@10": s, "recall@100": s, "mrr@10": s,
+                                         "seen": int(i < 2)} for i, s in enumerate(scores)})
         return str(path)
 
     good = [0.9] * 12
@@ -94,8 +94,8 @@ def test_every_method_against_the_backbones_own_truncation(tmp_path):
     and truncation itself get no row; another k is compared with truncation at its own k only."""
     def pq(name, scores):
         path = tmp_path / f"{name}.tsv"
-        write_per_query(path, {f"q{i}": {"ndcg@10": s, "recall@10": s, "recall@100": s, "mrr@10": s, "seen": 1}
-                               for i, s in enumerate(scores)})
+        write_per_query(path, {f"q{i}": {"ndcg@10": s, "recall@10": s, "recall@100": s, "mrr@10": s,
+                                         "seen": int(i < 2)} for i, s in enumerate(scores)})
         return str(path)
 
     runs = {("truncate", 1): [0.5, 0.5, 0.2, 0.8], ("dive", 1): [0.6, 0.7, 0.2, 0.8],
@@ -117,8 +117,12 @@ def test_every_method_against_the_backbones_own_truncation(tmp_path):
     # four queries: 2^3 distinct sign patterns of the non-zero differences, all >= in |mean| only
     # for the all-positive and all-negative ones -> p = 2/8 (randomization test, up to sampling)
     assert dive["p_value"] == pytest.approx(0.25, abs=0.03)
+    # the seen queries (q0, q1): +0.2, +0.2; the unseen ones (q2, q3): +0.1, 0.0
+    assert dive["subsets"]["seen"]["mean_diff"] == pytest.approx(0.2) and dive["subsets"]["seen"]["n_queries"] == 2
+    assert dive["subsets"]["unseen"]["mean_diff"] == pytest.approx(0.05)
     md = report.versus_markdown(rows)
     assert "| bb | ds | 8 | dive | 2 | 0.6250 | 0.5000 | +0.1250 |" in md
+    assert "| 4 | +0.2000 (" in md and ", 2) | +0.0500 (" in md
     assert report.versus_rows([r for r in results if r["method"] != "truncate"], per_query) == []
 
 
