@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from dive_core import backbones, data, plan, training, vectors
+from dive_core.compress import config as compress_config
 from dive_core.studies import STUDIES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,6 +32,7 @@ OWNERS = {
     f"{E}/stage": plan.STAGES,
     f"{E}/dim": plan.DIMS,
     "properties/compress/additionalProperties/properties/encoding": vectors.ENCODINGS,
+    "properties/compress/additionalProperties/properties/side": compress_config.SIDES,
 }
 
 

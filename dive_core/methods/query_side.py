@@ -314,7 +314,7 @@ class _KnownCodes(nn.Module):
     def __init__(self, k: int):
         super().__init__()
         self.register_buffer("base", torch.zeros(0, k))  # cpu: the module moves to the device
-        self.offsets = nn.Parameter(torch.zeros(0, k))
+        self.offsets = nn.Parameter(torch.zeros(0, k))  # cpu: the module moves to the device; reset() sizes it
 
     def reset(self, base: torch.Tensor) -> None:
         self.base = base.detach().clone()
