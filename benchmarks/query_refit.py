@@ -39,15 +39,12 @@ GEN_ROWS = 65536
 
 def run_inputs(run_dir: Path, meta: dict) -> dict:
     """The training job's inputs of a run, by the workflow's layout (checked against the record)."""
-    from dive_core import paths  # noqa: F401  (the layout's names)
-
     ds, bb, stage = meta["dataset"], meta["backbone"], meta["stage"]
     res = REPO / "results" / ds
-    arrival = meta["method"].endswith("-arrival")
-    neg = meta["negatives"] + ("-arrival" if arrival else "")
+    arrival = meta["method"].endswith("-arrival")  # its negatives are then "<kind>-arrival"
     return {"embeddings": res / bb / "embeddings.h5", "splits": res / "splits.json",
             "arrival": res / "arrival.json" if arrival else None,
-            "triplets": res / bb / "triplets" / f"{stage}-{neg}.tsv"}
+            "triplets": res / bb / "triplets" / f"{stage}-{meta['negatives']}.tsv"}
 
 
 def fit_data_of(run_dir: Path, method):
@@ -121,6 +118,7 @@ def main(argv=None) -> int:
             C.write_faiss_index(tmp / f"{name}.npy", tmp / f"{name}.faiss", progress=False)
             outs.append([(tmp / f"{name}{e}").read_bytes() for e in (".npy", ".meta.json", ".faiss")])
         identical = outs[0] == outs[1]
+        differing = [e for e, a, b in zip((".npy", ".meta.json", ".faiss"), *outs) if a != b]
         t0 = time.perf_counter()
         C.compress_file(method, src, tmp / "all.npy", progress=False)
         C.write_faiss_index(tmp / "all.npy", tmp / "all.faiss", progress=False)
@@ -130,7 +128,7 @@ def main(argv=None) -> int:
            "query_map": method.hp["query_map"], "d": method.d, "k": method.k, "n_triplets": data.n_triplets,
            "n_fit_docs": int(data.docs.shape[0]), "refit_seconds_median": refit, "refit_seconds": times,
            "recompress_rows": args.n, "recompress_seconds": recompress, "recompress_over_refit": recompress / refit,
-           "corpus_and_index_byte_identical_after_refit": identical,
+           "corpus_and_index_byte_identical_after_refit": identical, "differing_files": differing,
            "threads": torch.get_num_threads(), "runtime": provenance.runtime(args.threads)}
     print(f"refit of the query side: {refit:.2f} s (median of {args.repeats}); re-compressing {args.n} vectors "
           f"+ FAISS index: {recompress:.1f} s ({recompress / refit:.0f}x); corpus and index byte-identical after "

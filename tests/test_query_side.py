@@ -222,7 +222,7 @@ def _fitted_pair(problem, tmp_path):
     b = refit_query_side(a, problem.train, TrainLog(), seed=2028, hparams={"epochs": 6}, progress=False)
     run = {"dataset": "scifact", "backbone": "minilm", "method": "qside-linear", "stage": "final"}
     a.save(tmp_path / "a.pt", run)
-    b.save(tmp_path / "b.pt", run)
+    b.save(tmp_path / "b.pt")  # the refit keeps a's record of the run that fitted the document map
     return a, b
 
 

@@ -220,7 +220,9 @@ def refit_query_side(method: QuerySide, data, log, seed: int | None = None, hpar
     """A new compressor with ``method``'s document map, unchanged, and a query side fitted anew on
     ``data`` (another seed, more training queries, other query-side hyperparameters): the corpus
     compressed by the old and the new one is the same, byte for byte, so an index built from it
-    stays valid. ``hparams``: overrides of query-side hyperparameters (never ``doc_*`` ones)."""
+    stays valid. ``hparams``: overrides of query-side hyperparameters (never ``doc_*`` ones). The new
+    compressor keeps ``method``'s record (its run's dataset, backbone, ...), so the corpus it compresses
+    records the same provenance; save it with the refit's own record as further ``meta``."""
     from ..training import set_seed
 
     over = dict(hparams or {})
@@ -232,7 +234,9 @@ def refit_query_side(method: QuerySide, data, log, seed: int | None = None, hpar
     new = type(method)(method.d, method.k, {**method.hp, **over}, seed, method.device, method.precision)
     new.doc.load_state_dict(method.doc.state_dict())
     new.doc.seed = method.doc.seed
-    new.meta["document_map"] = new.document_record()
+    # the record of the run that fitted the document map (dataset, backbone, ...: what a compressed
+    # corpus names as its compressor's provenance), with the document map's own record
+    new.meta = {**method.meta, "document_map": new.document_record()}
     new.fit_query_map(data, log, progress)
     return new
 
