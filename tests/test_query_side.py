@@ -215,13 +215,15 @@ def test_compress_refuses_an_unknown_side(problem):
 
 # --------------------------------------------------------------------------- the artifacts carry both maps
 def _fitted_pair(problem, tmp_path):
-    """A query_side checkpoint, and one whose query side was refitted (seed 2028, more epochs)."""
+    """A query_side checkpoint saved by a workflow run, and one whose query side was refitted from it
+    (loaded, seed 2028, more epochs) as docs/compressors.md's recipe does, saved without a run record."""
     hp = configured("qside-linear", **SHORT)
-    a = new_method("query_side", problem.d, problem.k, hp, 2027)
-    a.fit(problem.train, TrainLog(), progress=False)
-    b = refit_query_side(a, problem.train, TrainLog(), seed=2028, hparams={"epochs": 6}, progress=False)
+    first = new_method("query_side", problem.d, problem.k, hp, 2027)
+    first.fit(problem.train, TrainLog(), progress=False)
     run = {"dataset": "scifact", "backbone": "minilm", "method": "qside-linear", "stage": "final"}
-    a.save(tmp_path / "a.pt", run)
+    first.save(tmp_path / "a.pt", run)
+    a = Method.load(tmp_path / "a.pt")
+    b = refit_query_side(a, problem.train, TrainLog(), seed=2028, hparams={"epochs": 6}, progress=False)
     b.save(tmp_path / "b.pt")  # the refit keeps a's record of the run that fitted the document map
     return a, b
 
