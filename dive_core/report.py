@@ -229,7 +229,7 @@ def versus_markdown(rows: Sequence[Mapping]) -> str:
 def _subset_cell(pair: Mapping | None) -> str:
     if not pair or not pair["n_queries"]:
         return "-"
-    return f"{pair['mean_diff']:+.4f} ({pair['p_value']:.3f}, {pair['n_queries']})"
+    return f"{pair['mean_diff']:+.4f} ({pair['p_value']:.4f}, {pair['n_queries']})"
 
 
 def significance_markdown(rows: Sequence[Mapping]) -> str:
