@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         n = sum(vf.n for vf in sets)
         print(f"{out}: {n} vectors {method.d} -> {method.k} dimensions, {args.encoding}, in {seconds:.1f} s "
               f"({n / max(seconds, 1e-9):.0f} vectors/s)")
-        reports = _drift_reports(drift, method, args)
+        reports = _drift_reports(drift, args)
         if args.drift_report:
             import json
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _drift_reports(drift: list, method, args) -> list[dict]:
+def _drift_reports(drift: list, args) -> list[dict]:
     """Print the drift guard's report of each input set (or why there is none); return them."""
     from .drift import describe
 

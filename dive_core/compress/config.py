@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..methods.specs import SIDES  # torch-free: what Method.compress maps (the schema enum's owner)
 from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFileError, ids_path, meta_path, vector_format
 
 ENTRY_DEFAULTS = {"shards": 1, "encoding": "float32", "faiss": False, "group": None, "id_column": ID_COLUMN,
                   "vector_column": VECTOR_COLUMN, "side": "document"}
-SIDES = ("document", "query")  # dive_core.methods.base.SIDES (this module imports no torch)
 
 
 def entries(config: Mapping[str, Any]) -> dict[str, dict]:

@@ -44,14 +44,13 @@ def _quantiles(errors: np.ndarray) -> dict[str, float]:
     return {f"q{int(q * 100)}": float(np.quantile(errors, q)) for q in QUANTILES}
 
 
-def _codes_and_errors(method, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Document codes (normalised) and reconstruction errors (or None) of normalised rows ``x``."""
+def _reconstruction_errors(method, x: np.ndarray) -> np.ndarray | None:
+    """``method.reconstruction_error`` of normalised rows ``x`` as an array (None: no reconstruction)."""
     import torch
 
-    codes = method.compress(x)
     with torch.no_grad():
         err = method.reconstruction_error(torch.as_tensor(np.asarray(x, dtype=np.float32), device=method.device))
-    return codes, (None if err is None else err.float().cpu().numpy())
+    return None if err is None else err.float().cpu().numpy()
 
 
 def fit_statistics(method, docs) -> dict[str, Any]:
@@ -68,7 +67,7 @@ def fit_statistics(method, docs) -> dict[str, Any]:
         xb = np.ascontiguousarray(x[s:s + CHUNK], dtype=np.float32)
         total += xb.sum(0, dtype=np.float64)
         squares += float(np.square(xb, dtype=np.float64).sum())
-        codes, err = _codes_and_errors(method, xb)
+        codes, err = method.compress(xb), _reconstruction_errors(method, xb)
         np.minimum(lo, codes.min(0), out=lo)
         np.maximum(hi, codes.max(0), out=hi)
         if err is not None:
@@ -104,11 +103,7 @@ class DriftMonitor:
         self.values_out += int(outside.sum())
         self.total += xn.sum(0, dtype=np.float64)
         if self.stats.get("reconstruction_error") is not None:
-            import torch
-
-            with torch.no_grad():
-                err = self.method.reconstruction_error(torch.as_tensor(xn, device=self.method.device))
-            self.errors.append(err.float().cpu().numpy())
+            self.errors.append(_reconstruction_errors(self.method, xn))
 
     def report(self) -> dict[str, Any]:
         n = max(self.n, 1)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from .. import records
 from ..atomic import atomic_path
 from ..training import FitData, TrainLog, check_precision, run_epochs, set_seed
-from .specs import SPECS
+from .specs import SIDES, SPECS
 
 METHODS: dict[str, type["Method"]] = {}
 
@@ -61,7 +61,6 @@ def method_class(type_name: str) -> type["Method"]:
     return METHODS[type_name]
 
 
-SIDES = ("document", "query")  # what Method.compress maps: the corpus side or the query side
 NORMALIZE_EPS = 1e-12  # F.normalize's default
 
 

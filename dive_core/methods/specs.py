@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 SHARED = ("lr", "epochs", "batch_size", "hidden", "weight_decay")
 # Keys a method entry in the config may carry besides its hyperparameters.
 ENTRY_KEYS = {"type", "negatives", "description", "selected", "doc_disjoint", "arrival"}
+SIDES = ("document", "query")  # what Method.compress maps: the corpus side or the query side
 UNCOMPRESSED_TYPES = {"frozen"}  # always at the backbone's full dimension
 
 
