@@ -132,20 +132,25 @@ def per_query_means(paths: Iterable[str | Path], metric: str) -> dict[str, float
     return {q: sum(v) / len(v) for q, v in sums.items()}
 
 
+DIVE = "dive"  # the paper's method: its variants (``DIVE_VARIANTS`` types) are compared with it
+DIVE_VARIANTS = ("dive_corpus",)  # DIVE with one change (docs/methods.md#dive-that-also-reads-the-corpus)
+
+
 def significance_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], reference_type: str = "dive",
                       metrics: Sequence[str] = ("ndcg@10", "recall@10")) -> list[dict]:
-    """For each dataset and each method of type ``reference_type``: the best other compressed
-    method (by mean over seeds) and a paired randomization test on per-query scores averaged
-    over seeds. ``results``: result records; ``per_query``: each run's per-query TSV by
-    :func:`dive_core.records.run_key`."""
+    """For each dataset and each method of type ``reference_type`` (for DIVE: also of its variants'
+    types, ``DIVE_VARIANTS``): the best other compressed method outside that family (by mean over
+    seeds) and a paired randomization test on per-query scores averaged over seeds. ``results``:
+    result records; ``per_query``: each run's per-query TSV by :func:`dive_core.records.run_key`."""
+    family = (reference_type, *DIVE_VARIANTS) if reference_type == DIVE else (reference_type,)
     by: dict[tuple[str, str, str], list[Mapping]] = {}
     for r in results:  # per backbone: runs of two backbones are never pooled or compared
         by.setdefault((r.get("backbone", ""), r["dataset"], r["method"]), []).append(r)
     out = []
     for bb, ds in dict.fromkeys((r.get("backbone", ""), r["dataset"]) for r in results):
         methods = [m for (b, d, m) in by if (b, d) == (bb, ds)]
-        refs = [m for m in methods if by[(bb, ds, m)][0]["method_type"] == reference_type]
-        others = [m for m in methods if by[(bb, ds, m)][0]["method_type"] not in (reference_type, "frozen")]
+        refs = [m for m in methods if by[(bb, ds, m)][0]["method_type"] in family]
+        others = [m for m in methods if by[(bb, ds, m)][0]["method_type"] not in (*family, "frozen")]
         for ref in refs:
             for metric in metrics:
                 if not others:
@@ -183,12 +188,13 @@ TRUNCATION = "truncate"  # the backbone's own prefix: for a Matryoshka-trained b
 
 
 def versus_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], baseline: str = TRUNCATION,
-                metric: str = "ndcg@10") -> list[dict]:
+                metric: str = "ndcg@10", types: Sequence[str] | None = None) -> list[dict]:
     """Every compressed method of each (backbone, dataset, dimension) against ``baseline`` (the
     method of that name, same dimension): mean difference and two-sided paired randomization test
     on per-query scores averaged over seeds, over all queries and (``subsets``) over the ``seen`` and
     the ``unseen`` ones (docs/protocol.md#evaluation: whether a relevant document of the query was a
-    training positive). Empty when the study has no ``baseline`` runs."""
+    training positive). ``types``: only methods of these ``method_type`` values. Empty when the study
+    has no ``baseline`` runs."""
     from .evaluation import read_per_query
 
     by: dict[tuple, list[Mapping]] = {}
@@ -198,6 +204,7 @@ def versus_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], base
     for (bb, ds, k, me), runs in by.items():
         base = by.get((bb, ds, k, baseline))
         if me == baseline or base is None or runs[0]["method_type"] == "frozen" or \
+                (types is not None and runs[0]["method_type"] not in types) or \
                 any(run_key(r) not in per_query for r in [*runs, *base]):
             continue
         flags = read_per_query(per_query[run_key(base[0])])
@@ -209,17 +216,27 @@ def versus_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], base
     return sorted(out, key=lambda r: (r["backbone"], r["dataset"], r["k"], -r["mean_diff"]))
 
 
+VERSUS_HEADINGS = {  # baseline -> (section title, what is compared, the baseline's column)
+    TRUNCATION: ("Against the backbone's own truncation",
+                 "Each compressed method against keeping the backbone's first k coordinates (for a "
+                 "Matryoshka-trained backbone, the compression it was trained for) at the same k", "truncation"),
+    DIVE: ("DIVE's variants against DIVE",
+           "Each variant of DIVE (one change to DIVE, every other setting DIVE's; docs/methods.md) against DIVE at "
+           "the same k, the same seeds and triplets", "DIVE"),
+}
+
+
 def versus_markdown(rows: Sequence[Mapping]) -> str:
+    """``versus_rows`` as a section; its title and text are the baseline's (``VERSUS_HEADINGS``)."""
     if not rows:
         return ""
+    title, what, column = VERSUS_HEADINGS[rows[0]["baseline"]]
     return _section(
-        f"Against the backbone's own truncation ({rows[0]['baseline']})",
-        "Each compressed method against keeping the backbone's first k coordinates (for a Matryoshka-trained "
-        f"backbone, the compression it was trained for) at the same k; {rows[0]['metric']} per query averaged over "
-        "seeds, two-sided paired randomization test, 10,000 sign flips. Δ > 0 with p < 0.05: the method beats "
-        "truncation. Also on the seen and the unseen queries alone (a relevant document of a seen query was a "
-        "training positive): Δ (p, queries).",
-        ["backbone", "dataset", "k", "method", "seeds", "nDCG@10", "truncation", "Δ", "p", "queries", "seen: Δ (p, n)",
+        f"{title} ({rows[0]['baseline']})",
+        f"{what}; {rows[0]['metric']} per query averaged over seeds, two-sided paired randomization test, 10,000 "
+        f"sign flips. Δ > 0 with p < 0.05: the method beats {column}. Also on the seen and the unseen queries "
+        "alone (a relevant document of a seen query was a training positive): Δ (p, queries).",
+        ["backbone", "dataset", "k", "method", "seeds", "nDCG@10", column, "Δ", "p", "queries", "seen: Δ (p, n)",
          "unseen: Δ (p, n)"],
         [f"| {r['backbone']} | {r['dataset']} | {r['k']} | {r['method']} | {r['seeds']} | {r['mean']:.4f} | "
          f"{r['baseline_mean']:.4f} | {r['mean_diff']:+.4f} | {r['p_value']:.4f} | {r['n_queries']} | "

@@ -146,7 +146,7 @@ def test_the_audits_reference_is_honoured_everywhere():
 def test_runs_of_studies_and_of_the_measurement_studies():
     cfg = expanded()
     main = plan.experiment_runs(cfg, "main")
-    assert len(main) == 8 * 3 and main[0] == dict(dataset="scifact", backbone="minilm", method="frozen", k=384,
+    assert len(main) == 9 * 3 and main[0] == dict(dataset="scifact", backbone="minilm", method="frozen", k=384,
                                                      stage="final", seed=2027)
     assert plan.experiment_runs(cfg, "efficiency") == [] and plan.experiment_runs(cfg, "frontier") == []
     assert plan.efficiency_runs(cfg, "minilm") == [("frozen", 384), ("dive", 96), ("dive", 64)]

@@ -87,6 +87,13 @@ def test_significance_uses_per_query_scores(tmp_path):
     by_bb = {(r["backbone"], r["metric"]): r for r in rows2}
     assert by_bb[("bb", "ndcg@10")] == ndcg
     assert by_bb[("bb2", "ndcg@10")]["baseline"] == "pca" and by_bb[("bb2", "ndcg@10")]["mean_diff"] == pytest.approx(0.4)
+    # a variant of DIVE (type dive_corpus) is never DIVE's "best other": it gets a row of its own against the
+    # best method outside DIVE's family
+    variant = result("dive-pca", 1, 0.95, 0.95, mtype="dive_corpus")
+    per_query[run_key(variant)] = pq("dive-pca", [0.95] * 12)
+    rows3 = [r for r in report.significance_rows(results + [variant], per_query) if r["metric"] == "ndcg@10"]
+    assert [(r["method"], r["baseline"]) for r in rows3] == [("dive", "truncate"), ("dive-pca", "truncate")]
+    assert rows3[0] == ndcg and rows3[1]["mean_diff"] == pytest.approx((0.95 * 12 - 0.89 * 11 - 1.0) / 12)
 
 
 def test_every_method_against_the_backbones_own_truncation(tmp_path):
@@ -124,6 +131,36 @@ def test_every_method_against_the_backbones_own_truncation(tmp_path):
     assert "| bb | ds | 8 | dive | 2 | 0.6250 | 0.5000 | +0.1250 |" in md
     assert "| 4 | +0.2000 (" in md and ", 2) | +0.0500 (" in md
     assert report.versus_rows([r for r in results if r["method"] != "truncate"], per_query) == []
+
+
+def test_dive_variants_against_dive(tmp_path):
+    """Hand-computed: a variant of DIVE (type dive_corpus) against DIVE per query, averaged over seeds; no
+    other method gets a row; the section carries DIVE's heading, not truncation's."""
+    def pq(name, scores):
+        path = tmp_path / f"{name}.tsv"
+        write_per_query(path, {f"q{i}": {"ndcg@10": s, "recall@10": s, "recall@100": s, "mrr@10": s,
+                                         "seen": int(i < 2)} for i, s in enumerate(scores)})
+        return str(path)
+
+    runs = {("dive", 1, "dive"): [0.5, 0.6, 0.2, 0.4], ("dive", 2, "dive"): [0.7, 0.6, 0.2, 0.6],
+            ("dive-pca", 1, "dive_corpus"): [0.7, 0.6, 0.3, 0.5], ("dive-pca", 2, "dive_corpus"): [0.7, 0.8, 0.3, 0.5],
+            ("mrl", 1, "mrl"): [0.9] * 4, ("truncate", 1, "truncate"): [0.1] * 4}
+    results, per_query = [], {}
+    for (m, seed, mtype), scores in runs.items():
+        r = result(m, seed, sum(scores) / 4, 0.0, mtype=mtype)
+        results.append(r)
+        per_query[run_key(r)] = pq(f"{m}-{seed}", scores)
+    rows = report.versus_rows(results, per_query, baseline=report.DIVE, types=report.DIVE_VARIANTS)
+    assert [(r["method"], r["seeds"]) for r in rows] == [("dive-pca", 2)]
+    # dive-pca's seed means 0.7, 0.7, 0.3, 0.5 against dive's 0.6, 0.6, 0.2, 0.5
+    (row,) = rows
+    assert row["mean_diff"] == pytest.approx(0.3 / 4) and row["baseline_mean"] == pytest.approx(0.475)
+    assert row["subsets"]["seen"]["mean_diff"] == pytest.approx(0.1)
+    assert row["subsets"]["unseen"]["mean_diff"] == pytest.approx(0.05)
+    md = report.versus_markdown(rows)
+    assert "### DIVE's variants against DIVE (dive)" in md and "| nDCG@10 | DIVE | Δ |" in md
+    assert "| bb | ds | 8 | dive-pca | 2 | 0.5500 | 0.4750 | +0.0750 |" in md
+    assert "truncation" not in md
 
 
 def test_grouped_bars_write_png(tmp_path):

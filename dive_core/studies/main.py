@@ -30,4 +30,6 @@ def main_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
         lines += [DOC_DISJOINT_NOTE, ""]
     md = "\n".join(lines) + "\n" + report.significance_markdown(report.significance_rows(results, ctx.per_query))
     md += report.versus_markdown(report.versus_rows(results, ctx.per_query))
+    md += report.versus_markdown(report.versus_rows(results, ctx.per_query, baseline=report.DIVE,
+                                                    types=report.DIVE_VARIANTS))
     return StudyOutput(md, list(summary.values()), lambda p: grouped_bars(p, summary, ctx, bbs))
