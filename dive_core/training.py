@@ -3,6 +3,7 @@ per-epoch logging. Methods only say what one batch's loss is."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -24,6 +25,22 @@ def set_seed(seed: int) -> None:
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
     numerics.deterministic()
+
+
+@contextlib.contextmanager
+def preserved_rng():
+    """Run a block that seeds (:func:`set_seed`) without moving the caller's generators: Python's,
+    NumPy's and PyTorch's (CPU and, where present, CUDA) states are restored after it."""
+    states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.random.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 @dataclass

@@ -135,3 +135,52 @@ def test_fit_statistics_total_variance_is_the_trace_of_the_covariance(problem):
     m = fitted(problem)
     x = problem.train.docs.numpy().astype(np.float64)
     assert m.meta["fit_statistics"]["total_variance"] == pytest.approx(x.var(0).sum(), rel=1e-6)
+
+
+def test_the_reconstruction_test_is_calibrated_on_documents_the_map_never_saw(problem):
+    """Split-half calibration, by hand: a twin of the document map fitted on the seeded half the record
+    names; its median error on the other half over that on its own half is the recorded ratio, and the
+    warning compares an input's median with the fit's times that ratio."""
+    from test_export import configured
+
+    ae = fitted(problem, "autoencoder", configured("autoencoder"))  # the configured hyperparameters
+    cal = ae.meta["fit_statistics"]["reconstruction_heldout"]
+    x = problem.train.docs.numpy()
+    order = np.random.default_rng(0 + drift.HELDOUT_SEED_OFFSET).permutation(len(x))
+    own, other = np.sort(order[: len(x) // 2]), np.sort(order[len(x) // 2:])
+    twin = new_method("autoencoder", problem.d, problem.k, ae.hp, 0)
+    twin.fit(C_fitdata(x[own]), TrainLog(), progress=False)
+    q = lambda rows: float(np.quantile(twin.reconstruction_error(torch.from_numpy(rows)).detach().numpy(), 0.5))  # noqa: E731
+    assert (cal["n_fit"], cal["n_heldout"]) == (len(own), len(other))
+    assert cal["q50_fit"] == pytest.approx(q(x[own]), rel=1e-5) and cal["q50_heldout"] == pytest.approx(q(x[other]),
+                                                                                                        rel=1e-5)
+    assert cal["median_ratio"] == pytest.approx(cal["q50_heldout"] / cal["q50_fit"])
+    # the calibration reseeds in a preserved scope: the caller's generators do not move
+    pca = fitted(problem)
+    torch.manual_seed(5)
+    before = torch.rand(3)
+    torch.manual_seed(5)
+    assert drift.heldout_calibration(pca, x)["median_ratio"] > 0
+    assert torch.equal(torch.rand(3), before)
+    # the judged ratio: input median / (fit median x held-out ratio); a stats record without the
+    # calibration (an older checkpoint) is judged against the fit's median alone
+    stats = dict(ae.meta["fit_statistics"])
+    fit_q50 = stats["reconstruction_error"]["q50"]
+    for record, expected in ((stats, fit_q50 * cal["median_ratio"]), ({**stats, "reconstruction_heldout": None}, fit_q50)):
+        mon = drift.DriftMonitor(ae, record)
+        mon.update(x[other], ae.compress(x[other]))
+        rec = mon.report()["reconstruction_error"]
+        assert rec["expected_q50"] == pytest.approx(expected)
+        assert rec["median_ratio_expected"] == pytest.approx(rec["input"]["q50"] / expected)
+    # PCA and truncation carry a calibration too; a method without a reconstruction carries none
+    for type_name in ("pca", "truncate"):
+        assert fitted(problem, type_name).meta["fit_statistics"]["reconstruction_heldout"]["median_ratio"] > 0
+    assert drift.fit_statistics(new_method("dive", problem.d, problem.k, _dive_hp(), 0),
+                                problem.train.docs)["reconstruction_heldout"] is None
+
+
+def C_fitdata(docs):
+    from dive_core.training import FitData
+
+    empty = np.zeros(0, dtype=np.int64)
+    return FitData.from_arrays(docs, np.zeros((0, docs.shape[1]), np.float32), empty, empty, empty, empty, empty)

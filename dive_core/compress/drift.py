@@ -8,7 +8,14 @@ vectors), into the checkpoint's record (``meta["fit_statistics"]``):
 * ``code_min`` / ``code_max``: the per-coordinate range of their compressed codes (the document
   side, L2-normalised: what an index stores, and what SQ8 calibrated on them would clip to);
 * ``reconstruction_error``: for a compressor with a label-free document map (PCA, the autoencoder,
-  truncation, a query_side's document map), quantiles of ``|x - reconstruction(x)|`` over them.
+  truncation, a query_side's document map), quantiles of ``|x - reconstruction(x)|`` over them;
+* ``reconstruction_heldout``: how much larger that error is on documents the map was not fitted on.
+  Over the fitted documents it is a training error: an autoencoder reconstructs its own documents
+  about twice as well as others of the same collection. A twin of the document map (same type,
+  hyperparameters and seed) is fitted on a seeded half of the documents; ``median_ratio`` is its
+  median error on the other half over that on its own half. The guard compares an input's median
+  error with the fit's times this ratio: what documents of the same collection that the map never
+  saw would give. The twin is thrown away; the compressor is not changed.
 
 ``dive-compress`` feeds every row it compresses to a :class:`DriftMonitor` and reports, per input
 set: the share of vectors with a code outside the fit's ranges, the share of code values outside
@@ -28,13 +35,17 @@ import numpy as np
 QUANTILES = (0.5, 0.9, 0.99)
 #: warn when the share of code values outside the fit's per-coordinate ranges exceeds 1% (in
 #: distribution, a coordinate of a new vector exceeds the extremes of n fitted ones with probability
-#: about 2 / (n + 1): 0.05% for 4,000 documents), when the median reconstruction error exceeds the
-#: fit's by more than 20%, or when the input's mean lies further from the fit's than 3 times what
-#: drawing n vectors of the fit's own distribution would give: for n vectors drawn independently
+#: about 2 / (n + 1): 0.05% for 4,000 documents), when the median reconstruction error exceeds by
+#: more than 20% the fit's times its held-out ratio (what unseen documents of the same collection
+#: give), or when the input's mean lies further from the fit's than 3 times what drawing n vectors
+#: of the fit's own distribution would give: for n vectors drawn independently
 #: from it, E|mean_n - mean|^2 = total_variance / n, so ``mean_shift_z = |mean_n - mean| /
 #: sqrt(total_variance / n)`` is about 1 (high-dimensional vectors: it concentrates there)
 THRESHOLDS = {"outside_values_share": 0.01, "reconstruction_median_ratio": 1.2, "mean_shift_z": 3.0}
 CHUNK = 65536
+#: the held-out calibration's split of the fitted documents: a generator seeded by the fit's seed + this
+HELDOUT_SEED_OFFSET = 104729
+HELDOUT_MIN_DOCS = 20  # fewer fitted documents: no calibration (the ratio would be noise)
 #: a code value counts as outside the fit's range only beyond it by more than this: the same document,
 #: normalised in another process or order, may land a float32 rounding step outside (codes lie in [-1, 1])
 RANGE_TOLERANCE = 1e-5
@@ -76,7 +87,33 @@ def fit_statistics(method, docs) -> dict[str, Any]:
     return {"n": n, "mean": [float(v) for v in mean], "total_variance": squares / max(n, 1) - float(mean @ mean),
             "code_min": [float(v) for v in lo],
             "code_max": [float(v) for v in hi],
-            "reconstruction_error": _quantiles(np.concatenate(errors)) if errors else None}
+            "reconstruction_error": _quantiles(np.concatenate(errors)) if errors else None,
+            "reconstruction_heldout": heldout_calibration(method, x) if errors else None}
+
+
+def heldout_calibration(method, x: np.ndarray) -> dict[str, Any] | None:
+    """Split-half calibration of the reconstruction error (module docstring): a twin of
+    ``method``'s document map fitted on a seeded half of the fitted documents ``x``; its median error
+    on the other half over that on its own half. None below ``HELDOUT_MIN_DOCS`` documents."""
+    from ..methods import new_method
+    from ..training import FitData, TrainLog, preserved_rng
+
+    n = int(x.shape[0])
+    if n < HELDOUT_MIN_DOCS:
+        return None
+    dm = method.document_map()
+    order = np.random.default_rng(int(dm.seed) + HELDOUT_SEED_OFFSET).permutation(n)
+    own, other = np.sort(order[: n // 2]), np.sort(order[n // 2:])
+    empty = np.zeros(0, dtype=np.int64)
+    half = FitData.from_arrays(x[own], np.zeros((0, x.shape[1]), np.float32), empty, empty, empty, empty, empty,
+                               dm.device)
+    with preserved_rng():  # the twin's seeding must not move the caller's generators
+        twin = new_method(dm.type, dm.d, dm.k, dm.hp, int(dm.seed), dm.device, dm.precision)
+        twin.fit(half, TrainLog(), progress=False)
+    on_own = float(np.quantile(_reconstruction_errors(twin, x[own]), 0.5))
+    on_other = float(np.quantile(_reconstruction_errors(twin, x[other]), 0.5))
+    return {"n_fit": len(own), "n_heldout": len(other), "q50_fit": on_own, "q50_heldout": on_other,
+            "median_ratio": on_other / on_own if on_own > 0 else math.inf}
 
 
 class DriftMonitor:
@@ -123,11 +160,20 @@ class DriftMonitor:
         if fit_err is not None and self.errors:
             mine = _quantiles(np.concatenate(self.errors))
             ratio = mine["q50"] / fit_err["q50"] if fit_err["q50"] > 0 else math.inf
-            out["reconstruction_error"] = {"fit": dict(fit_err), "input": mine, "median_ratio": ratio}
-            if ratio > THRESHOLDS["reconstruction_median_ratio"]:
+            # against what unseen documents of the fitted collection give, where the record has it
+            heldout = (self.stats.get("reconstruction_heldout") or {}).get("median_ratio")
+            expected = fit_err["q50"] * heldout if heldout else fit_err["q50"]
+            judged = mine["q50"] / expected if expected > 0 else math.inf
+            out["reconstruction_error"] = {"fit": dict(fit_err), "input": mine, "median_ratio": ratio,
+                                           "heldout_ratio": heldout, "expected_q50": expected,
+                                           "median_ratio_expected": judged}
+            if judged > THRESHOLDS["reconstruction_median_ratio"]:
+                against = (f"{judged:.2f}x the {expected:.4f} that documents of the fitted collection unseen by the "
+                           f"map give (the fit's {fit_err['q50']:.4f} x {heldout:.2f}, held-out calibration)"
+                           if heldout else f"{judged:.2f}x the fit's {fit_err['q50']:.4f}")
                 out["warnings"].append(
-                    f"median reconstruction error {mine['q50']:.4f} is {ratio:.2f}x the fit's {fit_err['q50']:.4f} "
-                    f"(threshold {THRESHOLDS['reconstruction_median_ratio']}x): these vectors lie off the subspace the "
+                    f"median reconstruction error {mine['q50']:.4f} is {against} (threshold "
+                    f"{THRESHOLDS['reconstruction_median_ratio']}x): these vectors lie off the subspace the "
                     "document map was fitted on")
         if out["outside_values_share"] > THRESHOLDS["outside_values_share"]:
             out["warnings"].append(
@@ -147,6 +193,8 @@ def describe(report: Mapping[str, Any], where: str) -> str:
     if rec:
         q = lambda d: " / ".join(f"{d[k]:.4f}" for k in ("q50", "q90", "q99"))  # noqa: E731
         lines.append(f"  reconstruction error q50 / q90 / q99: {q(rec['input'])} (fit: {q(rec['fit'])}; median "
-                     f"ratio {rec['median_ratio']:.3f})")
+                     f"ratio {rec['median_ratio']:.3f}"
+                     + (f", {rec['median_ratio_expected']:.3f} against the held-out expectation "
+                        f"{rec['expected_q50']:.4f}" if rec.get("heldout_ratio") else "") + ")")
     lines += [f"  WARNING: {w}" for w in report["warnings"]]
     return "\n".join(lines)

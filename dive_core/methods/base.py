@@ -114,6 +114,11 @@ class Method:
         :mod:`dive_core.compress.drift`); None for a method without a reconstruction."""
         return None
 
+    def document_map(self) -> "Method":
+        """The method that maps documents, alone (the one whose :meth:`reconstruction_error` this
+        method reports): the method itself; a query-side method's label-free document map."""
+        return self
+
     def transform_query(self, x: torch.Tensor) -> torch.Tensor:
         """The query map (default: the document map). An asymmetric method (:mod:`.query_side`)
         maps queries into the document map's space by a map of their own."""

@@ -125,6 +125,9 @@ class QuerySide(TorchMethod):
     def reconstruction_error(self, x):
         return self.doc.reconstruction_error(x)
 
+    def document_map(self):
+        return self.doc
+
     def transform_query(self, x):
         return self.net["query"](x, self.doc.transform(x))
 
