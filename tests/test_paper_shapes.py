@@ -94,7 +94,8 @@ def test_the_papers_4096d_shapes_run_every_method_study_and_table(generated_beir
             return list(csv.DictReader(fh, delimiter="\t"))
 
     main = runs("main")
-    assert {(r["method"], int(r["k"])) for r in main} == {(m, D if m == "frozen" else 128) for m in METHODS}
+    assert {(r["method"], int(r["k"])) for r in main} == {(m, D if m == "frozen" else 128)
+                                                          for m in (*METHODS, "dive-pca")}  # main adds DIVE in PCA's frame
     assert {r["backbone"] for r in main} == {"llm4096"}
     assert {(r["method"], int(r["k"])) for r in runs("secondary")} >= {(m, 256) for m in METHODS if m != "frozen"}
     heads = {r["method"]: r for r in runs("heads")}
