@@ -312,6 +312,37 @@ def test_pca_covariance_in_chunks_equals_the_svd(problem):
     assert torch.allclose(m.components.double(), ref, atol=1e-4)
 
 
+def test_pca_with_fewer_documents_than_dimensions_takes_the_svd_and_the_same_axes():
+    """n <= d (a 4096d backbone on a small corpus, or the drift guard's half-size twin): the top k axes
+    come from the SVD of the centred rows, and they equal the d x d eigendecomposition's top k (same
+    signs) and its variances; the explained variance PCA logs is the same."""
+    import torch
+
+    from dive_core.methods import pca as P
+    from dive_core.training import FitData
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 64, generator=gen) * torch.linspace(3.0, 0.1, 64)  # distinct variances: axes well defined
+    mean_e, var_e, axes_e = P.principal_axes(x)  # eigh: every axis
+    calls = []
+    real_svd = torch.linalg.svd
+    torch.linalg.svd = lambda *a, **kw: calls.append(1) or real_svd(*a, **kw)
+    try:
+        mean_s, var_s, axes_s = P.principal_axes(x, 8)
+    finally:
+        torch.linalg.svd = real_svd
+    assert calls == [1] and axes_s.shape == (64, 8)
+    assert torch.allclose(mean_s, mean_e, atol=1e-12)
+    assert torch.allclose(axes_s, axes_e[:, :8], atol=1e-8)
+    assert torch.allclose(var_s[:8], var_e[:8], atol=1e-10) and torch.allclose(var_s.sum(), var_e.sum(), atol=1e-9)
+    # more rows than dimensions, or k above the row count: the eigendecomposition as before
+    assert torch.equal(P.principal_axes(x, 41)[2], axes_e)
+    empty = torch.zeros(0, dtype=torch.long)
+    m = new_method("pca", 64, 8, {}, 0)
+    m.fit(FitData(x, x[:0], empty, empty, empty, empty.float(), empty.float()), TrainLog(), progress=False)
+    assert torch.allclose(m.components.double(), axes_e[:, :8], atol=1e-6)
+
+
 def test_compress_in_place_equals_a_new_matrix_and_evaluation_can_consume_the_corpus(problem):
     """k = d: compress(x, out=x) gives the bits of compress(x); evaluate_method(consume=True)
     then writes over the caller's corpus instead of a second corpus-sized matrix, with the same

