@@ -133,7 +133,7 @@ def per_query_means(paths: Iterable[str | Path], metric: str) -> dict[str, float
 
 
 DIVE = "dive"  # the paper's method: its variants (``DIVE_VARIANTS`` types) are compared with it
-DIVE_VARIANTS = ("dive_corpus",)  # DIVE with one change (docs/methods.md#dive-that-also-reads-the-corpus)
+DIVE_VARIANTS = ("dive_corpus",)  # DIVE with one change (docs/methods.md#dive-corpus-variants)
 
 
 def significance_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], reference_type: str = "dive",
