@@ -136,7 +136,7 @@ DIVE = "dive"  # the paper's method: its variants (``DIVE_VARIANTS`` types) are 
 DIVE_VARIANTS = ("dive_corpus",)  # DIVE with one change (docs/methods.md#dive-corpus-variants)
 
 
-def significance_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], reference_type: str = "dive",
+def significance_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], reference_type: str = DIVE,
                       metrics: Sequence[str] = ("ndcg@10", "recall@10")) -> list[dict]:
     """For each dataset and each method of type ``reference_type`` (for DIVE: also of its variants'
     types, ``DIVE_VARIANTS``): the best other compressed method outside that family (by mean over

@@ -74,6 +74,14 @@ class FitData:
                 self.y_p[idx], self.y_n[idx])
 
     @classmethod
+    def documents(cls, docs, device: str = "cpu") -> "FitData":
+        """Documents only (no query, no triplet): what a label-free map fits on."""
+        empty = np.zeros(0, dtype=np.int64)
+        docs = np.asarray(docs, dtype=np.float32)
+        return cls.from_arrays(docs, np.zeros((0, docs.shape[1]), np.float32), empty, empty, empty, empty, empty,
+                               device)
+
+    @classmethod
     def from_arrays(cls, docs, queries, t_q, t_p, t_n, y_p, y_n, device: str = "cpu") -> "FitData":
         f = lambda a, dt: torch.as_tensor(np.asarray(a), dtype=dt, device=device)  # noqa: E731
         return cls(f(docs, torch.float32), f(queries, torch.float32), f(t_q, torch.long),

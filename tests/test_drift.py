@@ -10,7 +10,7 @@ import torch
 from dive_core import compress as C
 from dive_core.compress import drift
 from dive_core.methods import Method, new_method
-from dive_core.training import TrainLog
+from dive_core.training import FitData, TrainLog
 from dive_core.vectors import VectorWriter
 from synthetic import make_problem
 
@@ -149,7 +149,7 @@ def test_the_reconstruction_test_is_calibrated_on_documents_the_map_never_saw(pr
     order = np.random.default_rng(0 + drift.HELDOUT_SEED_OFFSET).permutation(len(x))
     own, other = np.sort(order[: len(x) // 2]), np.sort(order[len(x) // 2:])
     twin = new_method("autoencoder", problem.d, problem.k, ae.hp, 0)
-    twin.fit(C_fitdata(x[own]), TrainLog(), progress=False)
+    twin.fit(FitData.documents(x[own]), TrainLog(), progress=False)
     q = lambda rows: float(np.quantile(twin.reconstruction_error(torch.from_numpy(rows)).detach().numpy(), 0.5))  # noqa: E731
     assert (cal["n_fit"], cal["n_heldout"]) == (len(own), len(other))
     assert cal["q50_fit"] == pytest.approx(q(x[own]), rel=1e-5) and cal["q50_heldout"] == pytest.approx(q(x[other]),
@@ -177,10 +177,3 @@ def test_the_reconstruction_test_is_calibrated_on_documents_the_map_never_saw(pr
         assert fitted(problem, type_name).meta["fit_statistics"]["reconstruction_heldout"]["median_ratio"] > 0
     assert drift.fit_statistics(new_method("dive", problem.d, problem.k, _dive_hp(), 0),
                                 problem.train.docs)["reconstruction_heldout"] is None
-
-
-def C_fitdata(docs):
-    from dive_core.training import FitData
-
-    empty = np.zeros(0, dtype=np.int64)
-    return FitData.from_arrays(docs, np.zeros((0, docs.shape[1]), np.float32), empty, empty, empty, empty, empty)

@@ -337,9 +337,8 @@ def test_pca_with_fewer_documents_than_dimensions_takes_the_svd_and_the_same_axe
     assert torch.allclose(var_s[:8], var_e[:8], atol=1e-10) and torch.allclose(var_s.sum(), var_e.sum(), atol=1e-9)
     # more rows than dimensions, or k above the row count: the eigendecomposition as before
     assert torch.equal(P.principal_axes(x, 41)[2], axes_e)
-    empty = torch.zeros(0, dtype=torch.long)
     m = new_method("pca", 64, 8, {}, 0)
-    m.fit(FitData(x, x[:0], empty, empty, empty, empty.float(), empty.float()), TrainLog(), progress=False)
+    m.fit(FitData.documents(x.numpy()), TrainLog(), progress=False)
     assert torch.allclose(m.components.double(), axes_e[:, :8], atol=1e-6)
 
 

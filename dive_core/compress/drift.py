@@ -104,9 +104,7 @@ def heldout_calibration(method, x: np.ndarray) -> dict[str, Any] | None:
     dm = method.document_map()
     order = np.random.default_rng(int(dm.seed) + HELDOUT_SEED_OFFSET).permutation(n)
     own, other = np.sort(order[: n // 2]), np.sort(order[n // 2:])
-    empty = np.zeros(0, dtype=np.int64)
-    half = FitData.from_arrays(x[own], np.zeros((0, x.shape[1]), np.float32), empty, empty, empty, empty, empty,
-                               dm.device)
+    half = FitData.documents(x[own], dm.device)
     with preserved_rng():  # the twin's seeding must not move the caller's generators
         twin = new_method(dm.type, dm.d, dm.k, dm.hp, int(dm.seed), dm.device, dm.precision)
         twin.fit(half, TrainLog(), progress=False)
