@@ -418,3 +418,37 @@ def test_a_figure_title_sits_just_above_its_panels(nrows):
     plt.close(fig)
     assert title.get_points()[1, 1] <= fig.bbox.height + 1, "the title is cut off at the top"
     assert 0 <= gap_inches < 0.35, gap_inches
+
+
+# -- learning-rate audit ------------------------------------------------------------------------
+def audit_entry(means, pick):
+    """Three lr candidates with the given mean validation nDCG@10, ``pick`` the picked index."""
+    lrs = [1e-4, 2e-4, 5e-4]
+    cands = [{"method": f"mrl-lr{lr:g}", "overrides": {"lr": lr}, "mean": m, "per_dataset": {"ds": m}}
+             for lr, m in zip(lrs, means)]
+    return {"candidates": cands, "pick": {k: cands[pick][k] for k in ("method", "overrides", "mean")}}
+
+
+def test_lr_audit_pick_margin_and_grid_edge():
+    from dive_core.studies.lr_audit import pick_margin
+
+    # MiniLM's audit on the EPYC: 0.5136 / 0.5115 / 0.4901, lowest lr picked: lead 0.0021, at the edge
+    m = pick_margin(audit_entry([0.5136, 0.5115, 0.4901], 0))
+    assert m["lead"] == pytest.approx(0.0021) and m["runner_up"] == "lr=0.0002"
+    assert m["edge"] == {"lr": "lowest"}
+    m = pick_margin(audit_entry([0.37, 0.39, 0.40], 2))           # highest lr picked, lead 0.01
+    assert m["lead"] == pytest.approx(0.01) and m["edge"] == {"lr": "highest"}
+    m = pick_margin(audit_entry([0.50, 0.52, 0.49], 1))           # interior pick: no edge
+    assert m["lead"] == pytest.approx(0.02) and m["runner_up"] == "lr=0.0001" and m["edge"] == {}
+
+
+def test_lr_audit_table_says_how_firmly_each_pick_stands():
+    from dive_core.studies.lr_audit import lr_audit_study
+
+    sel = {"backbone": "minilm", "seed": 2027, "datasets": ["ds"],
+           "methods": {"mrl": audit_entry([0.5136, 0.5115, 0.4901], 0),
+                       "smec": audit_entry([0.50, 0.52, 0.49], 1)},
+           "reference": {"method": "dive", "mean": 0.5016, "per_dataset": {"ds": 0.5016}}}
+    out = lr_audit_study([], ctx(["mrl", "smec"], ["ds"], selection=sel))
+    assert "- mrl: lr=0.0001, +0.0021 over lr=0.0002; the lowest lr of the grid." in out.markdown
+    assert "- smec: lr=0.0002, +0.0200 over lr=0.0001." in out.markdown

@@ -7,6 +7,30 @@ from typing import Mapping, Sequence
 from .shared import StudyContext, StudyOutput, cell, opening_lines, pyplot, save, suptitle
 
 
+def _label(overrides: Mapping) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in overrides.items())
+
+
+def pick_margin(entry: Mapping) -> dict:
+    """How firmly a pick stands: its mean minus the best other candidate's (``lead``, with that
+    candidate's ``runner_up`` label), and for each numeric hyperparameter on which the pick is the
+    lowest or highest of the candidates, ``edge[key]`` = 'lowest' | 'highest' (a better value may
+    lie outside the grid). A small lead can flip between CPUs (docs/protocol.md#seeds)."""
+    pick = entry["pick"]
+    others = [c for c in entry["candidates"] if c["method"] != pick["method"]]
+    best = max(others, key=lambda c: c["mean"]) if others else None
+    edge = {}
+    for key, value in pick["overrides"].items():
+        values = [c["overrides"].get(key) for c in entry["candidates"]]
+        if len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            if len(set(values)) > 1 and value == min(values):
+                edge[key] = "lowest"
+            elif len(set(values)) > 1 and value == max(values):
+                edge[key] = "highest"
+    return {"lead": pick["mean"] - best["mean"] if best else float("nan"),
+            "runner_up": _label(best["overrides"]) if best else None, "edge": edge}
+
+
 def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """The learning-rate audit from its selection JSON: each candidate's validation nDCG@10 per
     dataset and mean, the pick marked, DIVE's validation score as the reference."""
@@ -20,7 +44,7 @@ def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
     for base, entry in sel.get("methods", {}).items():
         for c in entry["candidates"]:
             picked = c["method"] == entry["pick"]["method"]
-            over = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c["overrides"].items())
+            over = _label(c["overrides"])
             lines.append(f"| {base} | {over} | " + " | ".join(cell(c["per_dataset"].get(ds, float('nan')))
                                                            for ds in datasets)
                          + f" | {cell(c['mean'])} | {'**picked**' if picked else ''} |")
@@ -31,7 +55,15 @@ def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
             cell(ref["per_dataset"].get(ds, float("nan"))) for ds in datasets) + f" | {cell(ref['mean'])} | |")
     lines += ["", f"Validation queries (select stage), seed {sel.get('seed')}; selection by the unweighted mean "
               f"validation nDCG@10 over {', '.join(datasets)}. No test query is read. The picks are in "
-              f"`results/selection/{sel.get('backbone')}/lr_audit.json`."]
+              f"`results/selection/{sel.get('backbone')}/lr_audit.json`.", "",
+              "How firmly each pick stands (lead: its mean minus the best other candidate's; a lead of a few "
+              "thousandths can flip between CPUs, docs/protocol.md#seeds; at the grid's edge, a better value "
+              "may lie outside it):", ""]
+    for base, entry in sel.get("methods", {}).items():
+        m = pick_margin(entry)
+        edge = "".join(f"; the {where} {key} of the grid" for key, where in m["edge"].items())
+        lead = f"{m['lead']:+.4f} over {m['runner_up']}" if m["runner_up"] else "the only candidate"
+        lines.append(f"- {base}: {_label(entry['pick']['overrides'])}, {lead}{edge}.")
 
     def figure(path):
         plt = pyplot()
