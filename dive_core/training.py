@@ -74,12 +74,16 @@ class FitData:
                 self.y_p[idx], self.y_n[idx])
 
     @classmethod
-    def documents(cls, docs, device: str = "cpu") -> "FitData":
-        """Documents only (no query, no triplet): what a label-free map fits on."""
+    def without_triplets(cls, docs, queries, device: str = "cpu") -> "FitData":
+        """Documents and training queries, no triplet: what a label-free map or stream fits on."""
         empty = np.zeros(0, dtype=np.int64)
+        return cls.from_arrays(docs, queries, empty, empty, empty, empty, empty, device)
+
+    @classmethod
+    def documents(cls, docs, device: str = "cpu") -> "FitData":
+        """Documents only (no query, no triplet)."""
         docs = np.asarray(docs, dtype=np.float32)
-        return cls.from_arrays(docs, np.zeros((0, docs.shape[1]), np.float32), empty, empty, empty, empty, empty,
-                               device)
+        return cls.without_triplets(docs, np.zeros((0, docs.shape[1]), np.float32), device)
 
     @classmethod
     def from_arrays(cls, docs, queries, t_q, t_p, t_n, y_p, y_n, device: str = "cpu") -> "FitData":
@@ -247,8 +251,7 @@ def fit_data(emb, train_qids: Sequence[str], triplets_path=None, device: str = "
         docs, drow = emb.docs[emb.doc_positions(doc_ids)], {d: i for i, d in enumerate(doc_ids)}
     queries = emb.query_rows(list(train_qids))
     if triplets_path is None:
-        empty = np.zeros(0, dtype=np.int64)
-        return FitData.from_arrays(docs, queries, empty, empty, empty, empty, empty, device)
+        return FitData.without_triplets(docs, queries, device)
     t = read_triplets(triplets_path)
     qrow = {q: i for i, q in enumerate(train_qids)}
     drow = emb.doc_index() if drow is None else drow

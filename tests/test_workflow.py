@@ -637,7 +637,9 @@ def test_slurm_profile_plans_the_same_jobs(tmp_path):
     text = out.stdout + out.stderr
     plain = planned_jobs(work)
     assert job_stats(text) == plain
-    main_methods = len(METHODS) + 1  # main also runs dive-pca (DIVE in PCA's frame)
+    import yaml
+
+    main_methods = len(yaml.safe_load((REPO / "config" / "config.yaml").read_text())["experiments"]["main"]["methods"])
     assert plain["train"] > main_methods and plain["table"] == 12 and plain["headline_result"] == main_methods
     # mem_mb/runtime come from the rule (<TBD> until the inputs exist); no cpus_per_task beyond the threads
     assert re.search(r"rule embed:.*?resources: [^\n]*mem_mb=<TBD>[^\n]*gpu=1", text, re.S)

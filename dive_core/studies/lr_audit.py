@@ -22,11 +22,8 @@ def pick_margin(entry: Mapping) -> dict:
     edge = {}
     for key, value in pick["overrides"].items():
         values = [c["overrides"].get(key) for c in entry["candidates"]]
-        if len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            if len(set(values)) > 1 and value == min(values):
-                edge[key] = "lowest"
-            elif len(set(values)) > 1 and value == max(values):
-                edge[key] = "highest"
+        if len(set(values)) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            edge.update({key: "lowest"} if value == min(values) else {key: "highest"} if value == max(values) else {})
     return {"lead": pick["mean"] - best["mean"] if best else float("nan"),
             "runner_up": _label(best["overrides"]) if best else None, "edge": edge}
 
