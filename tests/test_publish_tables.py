@@ -1,11 +1,15 @@
 """tools/publish_tables.py: the workflow's tables copied into docs/ with their provenance.
 
 Each test builds a tiny results/ tree and a git repository in tmp_path and runs the command as a
-user would (a subprocess, from the repository root)."""
+user would (a subprocess, from the repository root). The run records behind each table are made
+up here (only the fields the header reads: each job's runtime and versions), in the layout the
+workflow writes them (results/<dataset>/<backbone>/<method>/k<k>/<stage>/seed<seed>/eval.json,
+listed in results/tables/<experiment>_runs.tsv)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -20,6 +24,32 @@ TABLE = "# main\n\n| method | nDCG@10 |\n|---|---|\n| dive | 0.8034 ± 0.0031 |\
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))  # any bytes: the figure is copied, not read
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
+
+EPYC = {"cpu": "AMD EPYC", "cpu_flags": ["avx2", "fma", "avx512f", "avx512_bf16"], "torch_threads": 2,
+        "torch_num_threads": 2, "mkl": {"mkl_cbwr": "AUTO,STRICT", "auto_branch": "AUTO"}, "cuda": None}
+XEON = {"cpu": "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", "cpu_flags": ["avx2", "avx512f", "amx_bf16"],
+        "torch_threads": 2, "torch_num_threads": 2, "mkl": {"mkl_cbwr": "AUTO,STRICT", "auto_branch": "AVX512"},
+        "cuda": None}
+RUNS_COLUMNS = ("dataset", "backbone", "method", "method_type", "k", "stage", "seed", "ndcg@10")
+
+
+def run_record(runtime: dict, commit: str, torch: str = "2.13.0+cpu", trained: dict | None = None) -> dict:
+    """An eval.json with what the header reads: the evaluation job's runtime and versions, and the
+    training job's (``trained``: its runtime, if other than the evaluation's)."""
+    rt = {**runtime, "git_commit": commit}
+    return {"runtime": rt, "versions": {"torch": torch},
+            "training": {"runtime": {**(trained or runtime), "git_commit": commit}, "versions": {"torch": torch}}}
+
+
+def write_runs(root: Path, name: str, runs: list[tuple[str, str, int, dict]]) -> None:
+    """``runs``: (dataset, method, seed, record) of the table's runs, backbone minilm, k 64, final."""
+    lines = ["\t".join(RUNS_COLUMNS)]
+    for dataset, method, seed, record in runs:
+        lines.append("\t".join([dataset, "minilm", method, "dive", "64", "final", str(seed), "0.8"]))
+        run = root / "results" / dataset / "minilm" / method / "k64" / "final" / f"seed{seed}"
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "eval.json").write_text(json.dumps(record), encoding="utf-8")
+    (root / "results" / "tables" / f"{name}_runs.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def git_env() -> dict[str, str]:
@@ -51,6 +81,9 @@ def repo(tmp_path: Path) -> Path:
     (root / "results" / "tables" / "main.md").write_text(TABLE, encoding="utf-8")
     (root / "results" / "figures" / "main.png").write_bytes(PNG)
     (root / "results" / "tables" / "heads.md").write_text("# heads\n\n| H | nDCG@10 |\n|---|---|\n| 4 | 0.7238 |\n")
+    commit = git(root, "rev-parse", "HEAD").strip()
+    write_runs(root, "main", [("scifact", "dive", seed, run_record(EPYC, commit)) for seed in (2027, 2028)])
+    write_runs(root, "heads", [("scifact", "dive-h2", 2027, run_record(EPYC, commit))])
     return root
 
 
@@ -142,9 +175,107 @@ def test_outside_a_git_checkout_the_commit_is_unknown_not_invented(tmp_path):
     root = tmp_path / "plain"
     (root / "results" / "tables").mkdir(parents=True)
     (root / "results" / "tables" / "main.md").write_text(TABLE, encoding="utf-8")
+    write_runs(root, "main", [("scifact", "dive", 2027, run_record(EPYC, "f" * 40))])
     env = git_env()
     env["GIT_CEILING_DIRECTORIES"] = str(tmp_path)  # never find a repository above the test folder
     done = subprocess.run([sys.executable, str(TOOL), "main"], cwd=root, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     fields = provenance((root / "docs" / "tables" / "main.md").read_text(encoding="utf-8"))
     assert fields["commit"].startswith("unknown (git rev-parse HEAD failed")
+
+
+# --------------------------------------------------------------------------- the machine header
+def published(repo: Path, name: str = "main") -> dict[str, str]:
+    done = publish(repo, name)
+    assert done.returncode == 0, done.stderr
+    return provenance((repo / "docs" / "tables" / f"{name}.md").read_text(encoding="utf-8"))
+
+
+def test_the_machine_header_is_read_from_the_runs_records(repo):
+    fields = published(repo)
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    assert fields["runs"] == "2, listed in `results/tables/main_runs.tsv`; the lines below are read from their records"
+    assert fields["machine"] == "AMD EPYC (SIMD flags: avx2 fma avx512f avx512_bf16) (2 runs)"
+    assert fields["threads"] == "2 (2 runs)"
+    assert fields["MKL mode"] == "AUTO,STRICT (auto branch AUTO) (2 runs)"
+    assert fields["torch"] == "2.13.0+cpu (2 runs)"
+    assert fields["commits"] == f"`{commit[:12]}` (2 runs)"
+
+
+def test_runs_on_two_machines_and_commits_list_every_value_with_its_count_oldest_commit_first(repo):
+    first = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "config" / "paper.yaml").write_text("datasets: [nfcorpus]\n")
+    git(repo, "commit", "-q", "-am", "second")
+    second = git(repo, "rev-parse", "HEAD").strip()
+    write_runs(repo, "main", [("scifact", "dive", 2027, run_record(EPYC, second)),
+                              ("scifact", "dive", 2028, run_record(EPYC, first)),
+                              ("nfcorpus", "dive", 2027, run_record(XEON, second + "-dirty", torch="2.12.0+cpu")),
+                              ("nfcorpus", "mrl", 2027, run_record({**EPYC, "torch_num_threads": 4}, second))])
+    fields = published(repo)
+    assert fields["machine"] == ("2 values: AMD EPYC (SIMD flags: avx2 fma avx512f avx512_bf16) (3 runs); "
+                                 "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz (SIMD flags: avx2 avx512f amx_bf16) "
+                                 "(1 run)")
+    assert fields["threads"] == "2 values: 2 (3 runs); 2 (torch used 4) (1 run)"
+    assert fields["MKL mode"] == ("2 values: AUTO,STRICT (auto branch AUTO) (3 runs); "
+                                  "AUTO,STRICT (auto branch AVX512) (1 run)")
+    assert fields["torch"] == "2 values: 2.13.0+cpu (3 runs); 2.12.0+cpu (1 run)"
+    f, s = first[:12], second[:12]
+    assert fields["commits"] == (f"`{f}`..`{s}-dirty` (4 runs): `{f}` (1 run), `{s}` (2 runs), `{s}-dirty` (1 run)")
+
+
+def test_runs_without_an_mkl_field_are_said_to_predate_the_reproducible_mode(repo):
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    old = {k: v for k, v in EPYC.items() if k != "mkl"}
+    write_runs(repo, "main", [("scifact", "dive", 2027, run_record(old, commit)),
+                              ("scifact", "dive", 2028, run_record(old, commit))])
+    assert published(repo)["MKL mode"] == ("none: the runs predate MKL's reproducible mode (their records have no "
+                                           "`mkl` field) (2 runs)")
+    write_runs(repo, "main", [("scifact", "dive", 2027, run_record(old, commit)),
+                              ("scifact", "dive", 2028, run_record(EPYC, commit)),
+                              ("scifact", "dive", 2029, run_record({**EPYC, "mkl": {"mkl_cbwr": "BRANCH_OFF",
+                                                                                     "auto_branch": "AUTO"}}, commit))])
+    assert published(repo)["MKL mode"] == (
+        "3 values: AUTO,STRICT (auto branch AUTO) (1 run); BRANCH_OFF (MKL's default, not reproducible) (1 run); "
+        "none: the runs predate MKL's reproducible mode (their records have no `mkl` field) (1 run)")
+
+
+def test_a_run_trained_on_one_machine_and_evaluated_on_another_names_both(repo):
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    write_runs(repo, "main", [("scifact", "dive", 2027, run_record(EPYC, commit, trained=XEON))])
+    fields = published(repo)
+    assert fields["machine"] == ("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz (SIMD flags: avx2 avx512f "
+                                 "amx_bf16) (training) / AMD EPYC (SIMD flags: avx2 fma avx512f avx512_bf16) "
+                                 "(evaluation) (1 run)")
+    assert fields["threads"] == "2 (1 run)"  # the same in both jobs: said once
+
+
+def test_the_efficiency_and_frontier_tables_read_their_own_records(repo):
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    tables = repo / "results" / "tables"
+    for name, folder, row in (("efficiency", "efficiency", "latency_ms_median"), ("frontier", "frontier", "encoding")):
+        (tables / f"{name}.md").write_text(f"# {name}\n", encoding="utf-8")
+        (tables / f"{name}_runs.tsv").write_text(f"dataset\tbackbone\tmethod\t{row}\nscifact\tminilm\tdive\t1\n"
+                                                 f"scifact\tminilm\tfrozen\t2\n", encoding="utf-8")
+        (repo / "results" / folder / "scifact").mkdir(parents=True)
+        record = {"runtime": {**XEON, "git_commit": commit}, "versions": {"torch": "2.13.0+cpu"}}
+        (repo / "results" / folder / "scifact" / "minilm.json").write_text(json.dumps(record), encoding="utf-8")
+    (tables / "efficiency_runs.tsv").write_text(tables.joinpath("efficiency_runs.tsv").read_text()
+                                                + "synthetic\t\tdive\t3\n", encoding="utf-8")
+    synthetic = {"runtime": {**EPYC, "git_commit": commit}, "versions": {"torch": "2.13.0+cpu"}}
+    (repo / "results" / "efficiency" / "synthetic.json").write_text(json.dumps(synthetic), encoding="utf-8")
+    fields = published(repo, "efficiency")
+    assert fields["runs"].startswith("2, listed in `results/tables/efficiency_runs.tsv`")  # scifact's and synthetic's
+    assert fields["machine"].startswith("2 values: AMD EPYC") and "Intel" in fields["machine"]
+    fields = published(repo, "frontier")
+    assert fields["runs"].startswith("1, ") and fields["machine"].startswith("Intel")
+
+
+@pytest.mark.parametrize("remove, why", [("results/tables/main_runs.tsv", "no per-run list for table 'main'"),
+                                         ("results/scifact/minilm/dive/k64/final/seed2028/eval.json",
+                                          "the record of a run of table 'main' is missing")])
+def test_a_table_whose_runs_cannot_be_read_is_refused_naming_what_is_missing(repo, remove, why):
+    (repo / remove).unlink()
+    done = publish(repo, "heads", "main")
+    assert done.returncode == 2
+    assert f"{remove}: {why}" in done.stderr
+    assert not (repo / "docs").exists()  # not even heads, whose runs are there: all or nothing

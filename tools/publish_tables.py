@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Copy the workflow's own study tables (and their figures) into the documentation, each with a
 provenance header: the git commit of the working tree, the config files and the command of the run,
-the date (UTC) and the sha256 of the copied file.
+the date (UTC), the sha256 of the copied file, and the machine the table's runs were computed on,
+read from the runs' own records.
 
     python tools/publish_tables.py [--results results] [--docs docs/tables] \
         [--config CONFIG ...] [--command "..."] [--] [EXPERIMENT ...]
@@ -20,13 +21,28 @@ added when ``git status --porcelain`` lists a modified tracked file (the publish
 not counted: it holds this command's own outputs). Run it from the checkout that produced the
 results, right after the run, with the same ``--config`` files and the command you ran.
 
+The machine header is never typed: for each table, ``<results>/tables/<EXPERIMENT>_runs.tsv`` (written
+by the table rule beside the table) lists its runs, and each run's record is read: a trained or
+evaluated run's ``eval.json`` (its evaluation job's ``runtime`` and ``versions``, and its training
+job's, under ``training``), or the ``efficiency`` / ``frontier`` study's own record. From them the
+header states the CPU and its recorded SIMD flags (and the GPU, if any), the threads, MKL's
+reproducibility mode (or that the records predate it: no ``mkl`` field), the torch version and the
+range of commits the runs were computed at, each value with its count of runs, every distinct value
+listed where they differ. A run whose training and evaluation jobs differ in a value shows it as
+``A (training) / B (evaluation)``; for the commits it counts under each. A missing per-run list or
+record is refused (exit status 2, naming the file) before anything is written: publish from the
+results folder of the run that made the table.
+
 Standard library only (Python 3.11).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
+import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -35,8 +51,22 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-REFUSED = 2  # exit status of a refusal (missing table or config, bad name)
+REFUSED = 2  # exit status of a refusal (missing table, per-run list, record or config; bad name)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # the workflow's experiment names
+
+
+def _load_paths():
+    """dive_core/paths.py of this checkout, loaded as a file: the workflow's path templates, without
+    importing dive_core (torch, numpy) into a standard-library tool."""
+    spec = importlib.util.spec_from_file_location(
+        "_dive_paths", Path(__file__).resolve().parents[1] / "dive_core" / "paths.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PATHS = _load_paths()
+RUN_KEY = ("dataset", "backbone", "method", "k", "stage", "seed")  # the columns naming one evaluated run
 
 
 class Refused(Exception):
@@ -79,8 +109,158 @@ def code(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+# --------------------------------------------------------------------------- the runs' own records
+def record_paths(results: Path, name: str) -> list[Path]:
+    """The records behind table ``name``, from its per-run list; refuses a missing list or record."""
+    listing = results / "tables" / f"{name}_runs.tsv"
+    if not listing.is_file():
+        raise Refused(f"{listing}: no per-run list for table {name!r} (the table rule writes it beside the table), "
+                      f"so the machine its runs were computed on cannot be read; rebuild the table: "
+                      f"snakemake --cores 2 --forcerun table {results / 'tables' / f'{name}.md'}")
+    with open(listing, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    if not rows:
+        raise Refused(f"{listing}: lists no run")
+    columns = set(rows[0])
+    if set(RUN_KEY) <= columns:  # one evaluated run per row
+        paths = [PATHS.EVAL_JSON.format(**{c: r[c] for c in RUN_KEY}) for r in rows]
+    elif "latency_ms_median" in columns:  # the efficiency study: one index per row, from its records
+        paths = [PATHS.SYNTHETIC if r["dataset"] == "synthetic" else
+                 PATHS.EFFICIENCY.format(dataset=r["dataset"], backbone=r["backbone"]) for r in rows]
+    elif "encoding" in columns:  # the frontier study: one (method, dim, encoding) per row
+        paths = [PATHS.FRONTIER.format(dataset=r["dataset"], backbone=r["backbone"]) for r in rows]
+    else:
+        raise Refused(f"{listing}: neither runs ({', '.join(RUN_KEY)}) nor efficiency or frontier rows; "
+                      f"cannot tell which records are behind the table")
+    # the templates start with results/: the records live under the --results folder given
+    found = [results / Path(p).relative_to("results") for p in dict.fromkeys(paths)]
+    missing = [p for p in found if not p.is_file()]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise Refused(f"{missing[0]}: the record of a run of table {name!r} is missing{more}; the table's "
+                      f"machine header is read from its runs' records: publish from the results folder of the run")
+    return found
+
+
+def _jobs(record: dict) -> list[tuple[str, dict, dict]]:
+    """(job, runtime, versions) of each job behind a record: training, then evaluation."""
+    jobs = []
+    training = record.get("training") or {}
+    if training.get("runtime") is not None:
+        jobs.append(("training", training["runtime"], training.get("versions") or {}))
+    jobs.append(("evaluation" if jobs else "job", record.get("runtime") or {}, record.get("versions") or {}))
+    return jobs
+
+
+def _machine(rt: dict) -> str:
+    if not rt.get("cpu"):
+        return "not recorded"
+    flags = rt.get("cpu_flags")
+    text = f"{rt['cpu']} (SIMD flags: {' '.join(flags) if flags else 'none'})" if flags is not None else \
+        f"{rt['cpu']} (SIMD flags not recorded)"
+    return text + (f" + GPU {rt['cuda']}" if rt.get("cuda") else "")
+
+
+def _threads(rt: dict) -> str:
+    asked, used = rt.get("torch_threads"), rt.get("torch_num_threads")
+    if asked is None:
+        return "not recorded"
+    return f"{asked}" if used in (None, asked) else f"{asked} (torch used {used})"
+
+
+def _mkl(rt: dict) -> str:
+    if "mkl" not in rt:
+        return "none: the runs predate MKL's reproducible mode (their records have no `mkl` field)"
+    mkl = rt["mkl"]
+    if mkl is None:
+        return "no MKL in this torch"
+    mode = mkl.get("mkl_cbwr", "?")
+    if mode == "BRANCH_OFF":
+        return "BRANCH_OFF (MKL's default, not reproducible)"
+    return f"{mode} (auto branch {mkl.get('auto_branch', '?')})"
+
+
+FIELDS = (("machine", _machine), ("threads", _threads), ("MKL mode", _mkl),
+          ("torch", None))  # torch: from the job's versions
+
+
+def run_values(record: dict) -> dict[str, str]:
+    """One run's value of each of :data:`FIELDS`; where its jobs differ: ``A (training) / B (evaluation)``."""
+    out = {}
+    jobs = _jobs(record)
+    for field, read in FIELDS:
+        per_job = [(job, (vs.get("torch") or "not recorded") if read is None else read(rt)) for job, rt, vs in jobs]
+        values = list(dict.fromkeys(v for _, v in per_job))
+        out[field] = values[0] if len(values) == 1 else " / ".join(f"{v} ({job})" for job, v in per_job)
+    return out
+
+
+def run_commits(record: dict) -> list[str]:
+    """The commits a run's jobs ran at (``<sha>``, ``<sha>-dirty`` or ``not recorded``), each once."""
+    return list(dict.fromkeys(rt.get("git_commit") or "not recorded" for _, rt, _ in _jobs(record)))
+
+
+def _count(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
+
+
+def _commit_order(commits: list[str], cwd: Path) -> list[str]:
+    """``commits`` in the history's order (ancestors first) where git knows them; the unknown ones after."""
+    shas = [c.removesuffix("-dirty") for c in commits]
+    try:
+        out = _git(["rev-list", "--topo-order", "--reverse", "--ignore-missing", *sorted(set(shas))], cwd)
+        place = {h: i for i, h in enumerate(out.split())}
+    except (OSError, subprocess.CalledProcessError):
+        place = {}
+    known = sorted((c for c, s in zip(commits, shas) if s in place), key=lambda c: (place[c.removesuffix("-dirty")], c))
+    return known + [c for c, s in zip(commits, shas) if s not in place]
+
+
+def _short(commit: str) -> str:
+    sha = re.fullmatch(r"([0-9a-f]{40})(-dirty)?", commit)
+    return code(sha.group(1)[:12] + (sha.group(2) or "") if sha else commit)
+
+
+def _tally(values: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return counts
+
+
+def machine_lines(records: list[dict], listing: Path, cwd: Path) -> list[str]:
+    """The header's lines on where the runs were computed, each value with its count of runs."""
+    n = _count(len(records))
+    lines = [f"> - runs: {len(records)}, listed in {code(listing.as_posix())}; the lines below are read from their "
+             f"records"]
+    values = [run_values(r) for r in records]
+    for field, _ in FIELDS:
+        counts = _tally([v[field] for v in values])
+        text = f"{next(iter(counts))} ({n})" if len(counts) == 1 else \
+            f"{len(counts)} values: " + "; ".join(f"{v} ({_count(k)})" for v, k in
+                                                  sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+        lines.append(f"> - {field}: {text}")
+    counts = _tally([c for r in records for c in run_commits(r)])  # a run counts under each of its jobs' commits
+    order = _commit_order(list(counts), cwd)
+    span = _short(order[0]) if len(order) == 1 else f"{_short(order[0])}..{_short(order[-1])}"
+    text = f"{span} ({n})" + ("" if len(order) == 1 else
+                              ": " + ", ".join(f"{_short(c)} ({_count(counts[c])})" for c in order))
+    lines.append(f"> - commits: {text}")
+    return lines
+
+
+def read_records(paths: list[Path]) -> list[dict]:
+    out = []
+    for path in paths:
+        try:
+            out.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            raise Refused(f"{path}: not a readable JSON record ({exc})") from exc
+    return out
+
+
 def header(*, source: Path, source_sha: str, figure: tuple[Path, Path, str] | None, commit: tuple[str | None, str],
-           configs: list[str], command: str | None, date: str) -> str:
+           configs: list[str], command: str | None, date: str, machine: list[str]) -> str:
     lines = [
         "<!-- Written by tools/publish_tables.py: publish again from a run instead of editing this file. -->",
         f"> Copied by {code('python tools/publish_tables.py')} from a run of the workflow.",
@@ -95,6 +275,7 @@ def header(*, source: Path, source_sha: str, figure: tuple[Path, Path, str] | No
         "> - config: " + (", ".join(code(c) for c in configs) if configs else "not given"),
         "> - command: " + (code(command) if command else "not given"),
         f"> - date (UTC): {date}",
+        *machine,
         "",
         "",
     ]
@@ -151,6 +332,8 @@ def publish(results: Path, docs: Path, experiments: list[str], configs: list[str
         if not (cwd / c).is_file():
             raise Refused(f"{c}: config file not found (experiment names go before --config, or after --)")
     names = plan_copies(results, experiments)
+    machines = {name: machine_lines(read_records(record_paths(results, name)),
+                                    results / "tables" / f"{name}_runs.tsv", cwd) for name in names}
     commit = git_state(cwd, exclude=docs if docs.is_absolute() else cwd / docs)
     date = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     written = []
@@ -166,7 +349,7 @@ def publish(results: Path, docs: Path, experiments: list[str], configs: list[str
             written.append(dst_figure)
             figure = (src_figure, dst_figure, hashlib.sha256(fig_bytes).hexdigest())
         head = header(source=table, source_sha=hashlib.sha256(data).hexdigest(), figure=figure, commit=commit,
-                      configs=configs, command=command, date=date)
+                      configs=configs, command=command, date=date, machine=machines[name])
         dst = docs / f"{name}.md"
         atomic_write(dst, head.encode("utf-8") + data)
         written.append(dst)
@@ -177,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python tools/publish_tables.py",
         description="Copy results/tables/<experiment>.md (and results/figures/<experiment>.png) into "
-                    "docs/tables/ with a provenance header (commit, config, command, date, sha256).")
+                    "docs/tables/ with a provenance header (commit, config, command, date, sha256, and the "
+                    "machine, threads, MKL mode, torch and commits read from the runs' own records).")
     ap.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
                     help="experiment names (results/tables/<name>.md); none: every table")
     ap.add_argument("--results", default="results", type=Path, help="the workflow's results folder")
