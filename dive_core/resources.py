@@ -97,7 +97,8 @@ def synthetic_mb(efficiency: Mapping) -> float:
 
 
 # ---- GPUs: whole ones, and shares of one for trainings -----------------------------------------
-SHARED_GPU_RULES = ("train",)  # jobs that share one GPU, trainings_per_gpu at a time
+SHARED_GPU_RULES = ("train", "evaluate")  # jobs that share one GPU, trainings_per_gpu at a time (an
+# evaluation searches one corpus on it: a small product and top-k, far below a training's use)
 
 
 def gpu_resources(gpus: int, trainings_per_gpu: int, shared: bool = False) -> dict:

@@ -139,16 +139,21 @@ def _torch_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def faiss_gpus() -> int:
+    """GPUs that this FAISS can build indexes on: 0 without FAISS or with pip's faiss-cpu."""
+    try:
+        import faiss
+    except ImportError:  # no FAISS: exact search can still run on PyTorch (TorchCorpus)
+        return 0
+    return faiss.get_num_gpus() if hasattr(faiss, "StandardGpuResources") else 0
+
+
 def _gpu_wanted(use_gpu: bool | str) -> bool:
     """Whether a FAISS GPU index is wanted and present (``use_gpu=True`` with no GPU at all, for
     FAISS or for PyTorch, is refused)."""
     if not use_gpu:
         return False
-    try:
-        import faiss
-    except ImportError:  # no FAISS: exact search can still run on PyTorch (TorchCorpus)
-        faiss = None
-    available = faiss is not None and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+    available = faiss_gpus() > 0
     if use_gpu is True and not available and not _torch_cuda():
         raise RuntimeError("a GPU search was requested but no GPU is available")
     return available

@@ -115,6 +115,7 @@ class TrainLog:
 
 
 PRECISIONS = ("fp32", "bf16")
+GRAPH_DEVICE_TYPES = ("cuda",)  # where run_epochs(cuda_graph=True) replays steps from a CUDA graph
 
 
 def check_precision(precision: str, owner: str = "") -> str:
@@ -134,10 +135,55 @@ def precision_context(precision: str, device: torch.device | str = "cpu"):
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
-def adamw(params, lr: float, weight_decay: float) -> torch.optim.AdamW:
+def adamw(params, lr: float, weight_decay: float, capturable: bool = False) -> torch.optim.AdamW:
     """The optimiser of every training: PyTorch's fused AdamW (one pass over each parameter, not a
-    dozen elementwise ops). ``params``: parameters or parameter groups."""
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+    dozen elementwise ops). ``params``: parameters or parameter groups. ``capturable`` lets a CUDA
+    graph record its step; the fused kernel is the same either way (its step count already lives on
+    the device), so the weights do not change."""
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True, capturable=capturable)
+
+
+class CapturedStep:
+    """An optimisation step recorded once as a CUDA graph and replayed for every later batch of the
+    same size: the forward pass, backward pass and AdamW's update then cost one graph launch
+    instead of a few hundred kernel launches from Python (a small step on a GPU is bound by those
+    launches, not by its arithmetic; docs/performance.md).
+
+    ``step(idx)`` -> ``(names, values)`` is the plain step (:func:`run_epochs`). The first
+    :data:`WARMUP` calls run it eagerly on a side stream, as PyTorch's whole-network capture asks
+    (lazy initialisations, AdamW's state); the next call records it on a static index buffer and
+    replays it, which is when that batch's update happens (recording runs nothing). Every replay
+    runs the recorded kernels on the new batch's indices, so the arithmetic, and the weights, are
+    those of the plain step. The returned values live in the graph's memory: read them before the
+    next call.
+    """
+
+    WARMUP = 3
+
+    def __init__(self, step: Callable[[torch.Tensor], tuple[list[str], torch.Tensor]], batch_size: int,
+                 device: torch.device | str):
+        self.step, self.device = step, torch.device(device)
+        self.idx = torch.empty(int(batch_size), dtype=torch.long, device=self.device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.out: tuple[list[str], torch.Tensor] | None = None
+        self.warm = 0
+
+    def __call__(self, idx: torch.Tensor) -> tuple[list[str], torch.Tensor]:
+        if self.graph is None and self.warm < self.WARMUP:
+            self.warm += 1
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                out = self.step(idx)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            return out
+        self.idx.copy_(idx)
+        if self.graph is None:
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.out = self.step(self.idx)
+        self.graph.replay()
+        return self.out
 
 
 def run_epochs(
@@ -157,6 +203,7 @@ def run_epochs(
     device: torch.device | str = "cpu",
     after_step: Callable[[], None] | None = None,
     precision: str = "fp32",
+    cuda_graph: bool = False,
 ) -> None:
     """AdamW over shuffled mini-batches of ``range(n_items)`` for ``epochs`` epochs.
 
@@ -171,6 +218,11 @@ def run_epochs(
     ``precision``: ``fp32``, or ``bf16`` to run ``batch_loss`` under bfloat16 autocast (matrix
     products in bf16; parameters, gradients and the optimiser stay fp32). The optimiser is
     :func:`adamw`.
+
+    ``cuda_graph``: on a CUDA device, replay the full-size batches' steps from one recorded CUDA
+    graph (:class:`CapturedStep`) instead of launching each kernel from Python; ``batch_loss`` must
+    then be capturable (no host synchronisation, no data-dependent shapes, no CPU generator). The
+    kernels, and so the weights, are those of the plain step. Ignored on other devices.
     """
     from tqdm import tqdm
 
@@ -180,8 +232,24 @@ def run_epochs(
     groups = [{"params": [p for p in params if not isinstance(p, dict)]}]
     groups += [dict(g, params=list(g["params"])) for g in params if isinstance(g, dict)]
     groups = [dict(g, params=[p for p in g["params"] if p.requires_grad]) for g in groups]
-    opt = adamw([g for g in groups if g["params"]], lr, weight_decay)
+    graph = cuda_graph and torch.device(device).type in GRAPH_DEVICE_TYPES
+    opt = adamw([g for g in groups if g["params"]], lr, weight_decay, capturable=graph)
     autocast = precision_context(precision, device)
+
+    def step(idx: torch.Tensor) -> tuple[list[str], torch.Tensor]:
+        """One optimisation step on batch ``idx``: the logged terms' names and their values
+        (float64, times the batch size, to be summed over the epoch)."""
+        with autocast:
+            out = batch_loss(idx)
+        opt.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        opt.step()
+        if after_step:
+            after_step()
+        # one stacked vector per step (not three ops per logged term)
+        return list(out), torch.stack([val.detach().reshape(()).to(torch.float64) for val in out.values()]) * len(idx)
+
+    captured = CapturedStep(step, batch_size, device) if graph else None
     gen = torch.Generator().manual_seed(int(seed))
     first_epoch = len([r for r in log_.rows]) + 1
     bar = tqdm(range(epochs), desc=desc, unit="epoch", disable=not progress, mininterval=5.0)
@@ -192,22 +260,14 @@ def run_epochs(
         # the epoch (the sum is non-finite too), naming the epoch.
         keys: list[str] = []
         sums = None  # the logged terms of the epoch, one float64 vector in the order of ``keys``
-        for idx in torch.randperm(n_items, generator=gen).split(batch_size):  # cpu: one order on every device
-            idx = idx.to(device)
-            with autocast:
-                out = batch_loss(idx)
-            opt.zero_grad(set_to_none=True)
-            out["loss"].backward()
-            opt.step()
-            if after_step:
-                after_step()
+        # cpu: one order on every device; copied to the device once per epoch, not once per step
+        for idx in torch.randperm(n_items, generator=gen).to(device).split(batch_size):
+            names, v = captured(idx) if captured is not None and len(idx) == batch_size else step(idx)
             if not keys:
-                keys = list(out)
-            elif list(out) != keys:
-                raise ValueError(f"{desc}: batch_loss returned terms {list(out)}, earlier {keys}")
-            # one stacked vector per step (not three ops per logged term)
-            v = torch.stack([val.detach().reshape(()).to(torch.float64) for val in out.values()]) * len(idx)
-            sums = v if sums is None else sums + v
+                keys = names
+            elif names != keys:
+                raise ValueError(f"{desc}: batch_loss returned terms {names}, earlier {keys}")
+            sums = v.clone() if sums is None else sums + v  # v may be a graph's output, rewritten by its next replay
         means = dict(zip(keys, (float(x) / n_items for x in sums.tolist()))) if sums is not None else {"loss": 0.0}
         if not math.isfinite(means["loss"]):
             raise FloatingPointError(f"{desc}: non-finite loss in epoch {first_epoch + e}")

@@ -56,6 +56,14 @@ def gpu_resource(rule, what, needs_gpu=None):
     return resource
 
 
+def faiss_on_gpu(wildcards):
+    """The efficiency jobs time FAISS indexes, on a GPU only where FAISS has one (faiss-gpu): with
+    pip's faiss-cpu they run on the CPU and leave the GPU to trainings and evaluations."""
+    from dive_core import retrieval
+
+    return retrieval.faiss_gpus() > 0
+
+
 def job_resource(kind, what, extra_mb=0):
     """A `resources:` callable: `what` (mem_mb or runtime) of a `kind` job from the size of what
     it reads (dive_core.resources). <TBD> while an input does not exist yet: the scheduler

@@ -16,8 +16,8 @@ rule efficiency:
         "../envs/train-gpu.yaml"
     threads: PLAN.setting("threads", "evaluate")
     resources:
-        gpu=gpu_resource("efficiency", "gpu"),
-        gpu_share=gpu_resource("efficiency", "gpu_share"),
+        gpu=gpu_resource("efficiency", "gpu", faiss_on_gpu),
+        gpu_share=gpu_resource("efficiency", "gpu_share", faiss_on_gpu),
         mem_mb=job_resource("measure", "mem_mb"),
         runtime=job_resource("measure", "runtime"),
     params:
@@ -39,8 +39,8 @@ rule efficiency_synthetic:
         "../envs/train-gpu.yaml"
     threads: PLAN.setting("threads", "evaluate")
     resources:
-        gpu=gpu_resource("efficiency", "gpu"),
-        gpu_share=gpu_resource("efficiency", "gpu_share"),
+        gpu=gpu_resource("efficiency", "gpu", faiss_on_gpu),
+        gpu_share=gpu_resource("efficiency", "gpu_share", faiss_on_gpu),
         mem_mb=job_resource("measure", "mem_mb", extra_mb=resources.synthetic_mb(PLAN.setting("efficiency"))),
         runtime=job_resource(
             "measure", "runtime", extra_mb=resources.synthetic_mb(PLAN.setting("efficiency"))

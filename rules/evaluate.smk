@@ -20,6 +20,7 @@ rule evaluate:
     resources:
         gpu=gpu_resource("evaluate", "gpu"),
         gpu_share=gpu_resource("evaluate", "gpu_share"),
+        gres=gpu_resource("evaluate", "gres"),
         mem_mb=job_resource("evaluate", "mem_mb"),
         runtime=job_resource("evaluate", "runtime"),
     params:

@@ -25,6 +25,7 @@ from .base import TorchMethod, register
 @register
 class Autoencoder(TorchMethod):
     type = "autoencoder"
+    cuda_graph = True  # batch_loss: fixed shapes, no host synchronisation
 
     def build(self) -> None:
         d, k, r = self.d, self.k, int(self.hp["hidden"])

@@ -220,6 +220,14 @@ class TorchMethod(Method):
     the shared loop over triplet mini-batches; subclasses define ``build`` and ``batch_loss``."""
 
     net: torch.nn.Module
+    #: whether :meth:`batch_loss` can be recorded in a CUDA graph (no host synchronisation, no
+    #: data-dependent shapes, no CPU generator): on a GPU its steps are then replayed from one graph
+    #: (:class:`dive_core.training.CapturedStep`)
+    cuda_graph: ClassVar[bool] = False
+
+    def graph_capturable(self) -> bool:
+        """Whether this instance's training step may be recorded as a CUDA graph."""
+        return self.cuda_graph
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return dict(self.net.state_dict())
@@ -248,6 +256,7 @@ class TorchMethod(Method):
             weight_decay=float(self.hp["weight_decay"]), seed=self.seed, log_=log,
             phase=phase, desc=f"{self.type}:{phase}", progress=progress, device=data.device,
             after_step=after_step, precision=self.precision,
+            cuda_graph=loss_fn == self.batch_loss and after_step is None and self.graph_capturable(),
         )
         self.net.eval()
 

@@ -25,6 +25,7 @@ from .base import TorchMethod, register
 @register
 class DIVE(TorchMethod):
     type = "dive"
+    cuda_graph = True  # batch_loss: fixed shapes, no host synchronisation
     def build(self) -> None:
         self.net = nn.ModuleDict({"adapter": ResidualMLP(self.d, int(self.hp["hidden"]))}).to(self.device)
         loss_cls = HingeTripletLoss if self.hp["triplet_loss"] == "hinge" else SoftplusTripletLoss

@@ -76,6 +76,10 @@ class DIVECorpus(DIVE):
         self.train_phase(data, log, self.hp["epochs"], self.hp["lr"], self.batch_loss,
                          self.net["adapter"].parameters(), progress=progress)
 
+    def graph_capturable(self) -> bool:
+        """The corpus stream draws its rows from a CPU generator at every step: not capturable."""
+        return not (int(self.hp["corpus_docs"]) and float(self.hp["gamma_corpus"]))
+
     def adapted(self, z: torch.Tensor, width: int | None = None) -> torch.Tensor:
         return self.net["adapter"](self.net["frame"](z), width=width)
 

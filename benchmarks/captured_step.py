@@ -1,0 +1,217 @@
+"""The training step on a device: the plain step (every kernel launched from Python) against the
+step replayed from a CUDA graph (``dive_core.training.CapturedStep``), in one process, at the
+workflow's shape and at the paper's. Run from the repository root:
+
+    python benchmarks/captured_step.py --device cuda [--out FILE.json] [--profile-dir DIR]
+    python benchmarks/captured_step.py --device cpu --shapes 384:64 --steps 60
+
+For each shape ``d:k`` (DIVE, H = 4 heads, hidden 2048, batches of 128, generated normalised
+vectors of SciFact's corpus size; the numbers do not depend on the values) it reports:
+
+- ``ms_per_step``: a 2-epoch fit of ``--steps`` optimiser steps per epoch through the workflow's
+  own loop (``DIVE.fit`` -> ``run_epochs``), the second epoch's seconds / steps (the graph is
+  recorded in the first), median of ``--repeats`` fits, plain and graph;
+- ``gflop_per_step`` (PyTorch's ``FlopCounterMode`` over plain steps) and ``share`` = the step's
+  FLOP rate / the device's fp32 matrix-product rate (``--matmul-size``^3, median of 7);
+- the weights of a ``--hash-epochs``-epoch fit, plain and graph: their ``state_sha256`` and the
+  largest absolute difference;
+- with ``--profile-dir``: ``torch.profiler`` over ``--profile-steps`` steady-state steps of each, its
+  top entries by device time and the number of kernel launches, graph launches and host
+  synchronisations per step (``profile_<d>x<k>_<mode>.txt``).
+
+On the CPU the graph does not apply (``run_epochs`` ignores ``cuda_graph`` there): ``--device cpu``
+times the plain loop, which is how the CPU step is compared before and after a change (run it from
+each checkout's root). The last line printed is the whole JSON (also written to ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: the checkout in the working directory first
+    sys.path.insert(0, str(Path.cwd()))
+
+import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+import dive_core  # noqa: E402,F401  (MKL's reproducible mode, cuBLAS's workspace)
+from dive_core.methods import new_method  # noqa: E402
+from dive_core.methods.dive import DIVE  # noqa: E402
+from dive_core.training import FitData, TrainLog  # noqa: E402
+
+DOCS, QUERIES = 5183, 809  # SciFact's corpus and training queries
+
+
+def sync(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_gflops(device: str, n: int, repeats: int = 7) -> float:
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=g).to(device) for _ in range(2))
+    times = []
+    for i in range(repeats + 2):
+        sync(device)
+        t0 = time.perf_counter()
+        a @ b
+        sync(device)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def generated(d: int, triplets: int, device: str) -> FitData:
+    g = torch.Generator().manual_seed(0)
+    docs = torch.nn.functional.normalize(torch.randn(DOCS, d, generator=g), dim=-1)
+    queries = torch.nn.functional.normalize(torch.randn(QUERIES, d, generator=g), dim=-1)
+    tq = torch.randint(0, QUERIES, (triplets,), generator=g)
+    tp, tn = (torch.randint(0, DOCS, (triplets,), generator=g) for _ in range(2))
+    ones = torch.ones(triplets)
+    return FitData.from_arrays(docs, queries, tq, tp, tn, ones, 0 * ones, device)
+
+
+def hparams(epochs: int, batch: int) -> dict:
+    """config/config.yaml's DIVE hyperparameters (the benchmark's epochs)."""
+    return dict(margin=0.7, lambda_view=0.01, gamma_geo=10.0, tau=0.1, heads=4, triplet_loss="hinge",
+                lr=2e-4, epochs=epochs, batch_size=batch, hidden=2048, weight_decay=0.01)
+
+
+def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, graph: bool):
+    """A DIVE fit through the workflow's loop, the graph on or off; (method, log rows, seconds)."""
+    DIVE.cuda_graph = graph
+    try:
+        m = new_method("dive", d, k, hparams(epochs, batch), 2027, device=device)
+        log = TrainLog()
+        sync(device)
+        t0 = time.perf_counter()
+        m.fit(data, log, progress=False)
+        sync(device)
+        return m, log.rows, time.perf_counter() - t0
+    finally:
+        DIVE.cuda_graph = True
+
+
+def step_flops(d: int, k: int, data: FitData, batch: int, device: str, steps: int = 4) -> float:
+    m = new_method("dive", d, k, hparams(1, batch), 0, device=device)
+    opt = torch.optim.AdamW(m.net.parameters(), lr=2e-4, weight_decay=0.01, fused=True)
+    with FlopCounterMode(display=False) as fc:
+        for s in range(steps):
+            out = m.batch_loss(data, torch.arange(s * batch, (s + 1) * batch, device=device))
+            opt.zero_grad(set_to_none=True)
+            out["loss"].backward()
+            opt.step()
+    return fc.get_total_flops() / steps
+
+
+def profile(d: int, k: int, batch: int, device: str, steps: int, graph: bool, path: Path | None) -> dict:
+    """torch.profiler over the second epoch of a 2-epoch fit of ``steps`` steps per epoch (steady
+    state: the graph, if any, was recorded in the first)."""
+    from torch.profiler import ProfilerActivity, profile as prof
+
+    data = generated(d, steps * batch, device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])
+    p = prof(activities=acts)
+
+    def on_epoch(row):  # the loop has read the epoch's sums: the device is idle here
+        (p.start if row["epoch"] == 1 else p.stop)()
+
+    DIVE.cuda_graph = graph
+    try:
+        m = new_method("dive", d, k, hparams(2, batch), 2027, device=device)
+        m.fit(data, TrainLog(on_epoch=on_epoch), progress=False)
+    finally:
+        DIVE.cuda_graph = True
+    ev = p.key_averages()
+    counts = {e.key: e.count for e in ev}
+    per = lambda *names: sum(counts.get(n, 0) for n in names) / steps  # noqa: E731
+    sort = "self_cuda_time_total" if torch.device(device).type == "cuda" else "self_cpu_time_total"
+    table = ev.table(sort_by=sort, row_limit=15, max_name_column_width=60)
+    if path is not None:
+        path.write_text(table)
+    return {"kernel_launches_per_step": per("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+                                            "cuLaunchKernelEx"),
+            "graph_launches_per_step": per("cudaGraphLaunch"),
+            "host_syncs_per_step": per("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"),
+            "memcpy_per_step": per("cudaMemcpyAsync", "cudaMemcpy"),
+            "top": table.splitlines()[:20]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shapes", nargs="+", default=["384:64", "4096:128"], help="d:k pairs")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=200, help="optimiser steps per timed epoch")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--hash-epochs", type=int, default=5)
+    ap.add_argument("--matmul-size", type=int, default=4096)
+    ap.add_argument("--profile-dir", default=None)
+    ap.add_argument("--profile-steps", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    dev = a.device
+    cuda = torch.device(dev).type == "cuda"
+    head = {"device": dev, "gpu": torch.cuda.get_device_name(0) if cuda else None, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cpu": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(), "mkl_cbwr": os.environ.get("MKL_CBWR"),
+            "deterministic": torch.are_deterministic_algorithms_enabled()}
+    try:
+        from dive_core import provenance
+        head["cpu"] = provenance.cpu_model() if hasattr(provenance, "cpu_model") else head["cpu"]
+    except Exception:  # noqa: BLE001 - a label only
+        pass
+    print(json.dumps(head), flush=True)
+    mm = matmul_gflops(dev, a.matmul_size)
+    out = {"header": head, "matmul_gflops_fp32": mm, "shapes": {}}
+    print(f"fp32 matrix product {a.matmul_size}^3: {mm:.1f} GFLOP/s", flush=True)
+    modes = [False, True] if cuda else [False]
+    for shape in a.shapes:
+        d, k = (int(x) for x in shape.split(":"))
+        data = generated(d, a.steps * a.batch, dev)
+        flops = step_flops(d, k, data, a.batch, dev)
+        res = {"gflop_per_step": flops / 1e9}
+        for graph in modes:
+            name = "graph" if graph else "plain"
+            fit(d, k, data, 2, a.batch, dev, graph)  # warm-up fit, discarded
+            secs = [fit(d, k, data, 2, a.batch, dev, graph)[1][1]["seconds"] / a.steps for _ in range(a.repeats)]
+            ms = 1000 * statistics.median(secs)
+            res[name] = {"ms_per_step": ms, "spread_ms": [1000 * min(secs), 1000 * max(secs)],
+                         "gflop_per_s": flops / (ms / 1000) / 1e9, "share": flops / (ms / 1000) / 1e9 / mm}
+            print(f"{d}->{k} {name}: {ms:.3f} ms/step, {res[name]['gflop_per_s']:.0f} GFLOP/s, "
+                  f"{res[name]['share']:.3f} of the product rate", flush=True)
+            if a.profile_dir:
+                pdir = Path(a.profile_dir)
+                pdir.mkdir(parents=True, exist_ok=True)
+                res[name]["profile"] = profile(d, k, a.batch, dev, a.profile_steps, graph,
+                                               pdir / f"profile_{d}x{k}_{name}.txt")
+        if cuda:
+            res["speedup"] = res["plain"]["ms_per_step"] / res["graph"]["ms_per_step"]
+            hdata = generated(d, 88 * a.batch, dev)  # SciFact's steps per epoch
+            mp = fit(d, k, hdata, a.hash_epochs, a.batch, dev, False)[0]
+            mg = fit(d, k, hdata, a.hash_epochs, a.batch, dev, True)[0]
+            sp, sg = mp.state_dict(), mg.state_dict()
+            res["weights"] = {"plain_sha256": mp.state_sha256(), "graph_sha256": mg.state_sha256(),
+                              "max_abs_diff": max(float((sp[n] - sg[n]).abs().max()) for n in sp),
+                              "epochs": a.hash_epochs, "steps_per_epoch": 88}
+            print(f"{d}->{k} weights after {a.hash_epochs} epochs: plain {res['weights']['plain_sha256'][:12]} "
+                  f"graph {res['weights']['graph_sha256'][:12]} max |diff| {res['weights']['max_abs_diff']:.3g}",
+                  flush=True)
+        out["shapes"][shape] = res
+        if a.out:
+            Path(a.out).write_text(json.dumps(out, indent=1))
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

