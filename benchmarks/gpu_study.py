@@ -100,10 +100,23 @@ def carry(a) -> int:
     return 0
 
 
-def snakemake(args: list[str], log=None) -> int:
+def snakemake(args: list[str], log=None, timeout: float | None = None) -> int | None:
+    """Snakemake's exit status; None when it ran past ``timeout`` seconds (then it and its jobs are
+    stopped, SIGTERM to the process group, and what finished stays in its log)."""
+    import signal
+
     cmd = [sys.executable, "-m", "snakemake", *args]
     print("+", " ".join(cmd), flush=True)
-    return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT if log else None).returncode
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT if log else None, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        return None
 
 
 def run(a) -> int:
@@ -124,7 +137,7 @@ def run(a) -> int:
             return 1
     t0 = time.time()
     with open(out / "snakemake.log", "w") as log:
-        rc = snakemake([*base, "--keep-going", "all"], log)
+        rc = snakemake([*base, "--keep-going", "all"], log, timeout=a.timeout)
     wall = time.time() - t0
     jobs = timeline((out / "snakemake.log").read_text())
     start = min((j["start"] for j in jobs if j["start"]), default=None)
@@ -142,7 +155,7 @@ def run(a) -> int:
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     except Exception:  # noqa: BLE001 - a label only
         device = "unknown"
-    summary = {"returncode": rc, "wall_s": round(wall, 1), "jobs": len(jobs),
+    summary = {"returncode": rc, "timed_out": rc is None, "wall_s": round(wall, 1), "jobs": len(jobs),
                "finished": sum(1 for j in jobs if j["end"]), "cores": a.cores, "gpus": a.gpus, "device": device,
                "peak_concurrent_jobs": peak_concurrency(jobs),
                "peak_concurrent_trainings": peak_concurrency(jobs, {"train"}),
@@ -154,7 +167,7 @@ def run(a) -> int:
             if Path(folder).is_dir():
                 tar.add(folder)
     print(json.dumps(summary))
-    return rc
+    return 1 if rc is None else rc
 
 
 def main(argv=None) -> int:
@@ -169,6 +182,7 @@ def main(argv=None) -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--cores", type=int, default=16)
     r.add_argument("--gpus", type=int, default=1)
+    r.add_argument("--timeout", type=float, default=None, help="stop the study after this many seconds")
     r.add_argument("snakemake_args", nargs="*", help="more Snakemake arguments (after --)")
     a = ap.parse_args(argv)
     return carry(a) if a.cmd == "carry" else run(a)
