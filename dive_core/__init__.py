@@ -29,6 +29,7 @@ report      aggregation over seeds, TSV, paired significance
 studies     one module per study: its declared inputs -> table + figure
 efficiency  flat-index memory / latency / throughput against the bandwidth bound
 export      a trained compressor outside the workflow (safetensors + JSON, sentence-transformers)
+layers      a compressor's map as affine, ReLU and normalisation layers (what an export writes)
 compress    dive-compress: a trained compressor applied to a vector file in bounded memory
 provenance  library versions and fingerprints recorded in every output
 generated   the generated BEIR-layout collection `generated-tiny` (make smoke, the end-to-end tests)
@@ -40,7 +41,7 @@ from . import numerics as _numerics
 __version__ = "0.1.0"
 
 # Before anything imports torch (MKL reads MKL_CBWR when torch loads it): every workflow script,
-# dive-compress, the benchmarks and exported models import dive_core first (dive_core/numerics.py).
+# dive-compress and the benchmarks import dive_core first (dive_core/numerics.py).
 _numerics.configure()
 
 

@@ -35,6 +35,12 @@ class ResidualMLP(nn.Module):
             return z + self.down(hidden)
         return z[..., :width] + F.linear(hidden, self.down.weight[:width], self.down.bias[:width])
 
+    def layers(self, index=None):
+        """``f(z)[:, index]`` (all of it for None) as plain layers (:func:`dive_core.layers.residual`)."""
+        from .layers import residual
+
+        return residual(self.up, self.down, index)
+
 
 def split_heads(z: torch.Tensor, k: int, heads: int) -> torch.Tensor:
     """Blocks ``z[:, (h-1)k : hk]`` for h = 1..H, each L2-normalised: shape (B, H, k)."""

@@ -2,24 +2,31 @@
 
 ``python -m dive_core.export CHECKPOINT OUT_DIR`` writes:
 
-* ``OUT_DIR/compressor/``: the compressor alone, for any backbone (LLM2Vec included):
-  ``config.json`` (method type, d, k, seed, hyperparameters, state sha256, provenance) and
-  ``model.safetensors`` (its learned tensors). Load it with :func:`load_compressor`, which returns
-  the method object: ``load_compressor(path).compress(matrix)`` maps (n, d) frozen embeddings to
-  L2-normalised (n, k) vectors, exactly as the workflow's evaluation does.
+* ``OUT_DIR/compressor/``: the compressor alone, for any backbone (LLM2Vec included), the exact
+  record of it: ``config.json`` (method type, d, k, seed, hyperparameters, state sha256,
+  provenance) and ``model.safetensors`` (its learned tensors). Load it with
+  :func:`load_compressor`, which returns the method object: ``load_compressor(path).compress(matrix)``
+  maps (n, d) frozen embeddings to L2-normalised (n, k) vectors, exactly as the workflow's
+  evaluation does.
 * for a sentence-transformers backbone (MiniLM): ``OUT_DIR`` is also a sentence-transformers model
-  folder - the backbone's modules followed by :class:`CompressorModule` (the compressor and the
-  normalisation) - so ``SentenceTransformer(OUT_DIR, trust_remote_code=True).encode(texts)`` returns the compressed
-  k-dimensional vectors. The module is found by its class path ``dive_core.export.CompressorModule``
-  (the package must be importable: ``pip install -e .`` in this repository, which ``make`` does).
+  folder - the backbone's modules followed by the compressor written with sentence-transformers'
+  own modules only (:func:`compressor_modules`: ``Normalize``, ``Dense`` layers with the identity or
+  ReLU activation, ``Normalize``; an asymmetric compressor's two maps under a ``Router`` that
+  ``encode_query`` / ``encode_document`` select), so ``SentenceTransformer(OUT_DIR).encode(texts)``
+  returns the compressed k-dimensional vectors with no ``trust_remote_code`` and without this
+  package installed. The layers are the method's own statement of its map
+  (:meth:`~dive_core.methods.base.Method.layers`, :mod:`dive_core.layers`); a method whose map no
+  such layers express (``query_side_known``'s document side, a lookup of fitted documents' codes)
+  gets the compressor folder alone, and the model card says why.
 * ``OUT_DIR/README.md``: a model card written from the run's result JSON (``eval.json`` next to
   the checkpoint, when present): dataset, backbone, method, k, held-out metrics with query counts
   (seen / unseen too), provenance.
 
-Loading never executes code from the exported files: JSON and safetensors only (the workflow's
-own checkpoints are read with ``torch.load(weights_only=True)``). The folder holds no code:
-``trust_remote_code=True``, which sentence-transformers >= 6 asks for any module class outside its
-own package, only lets it import the installed ``dive_core``.
+Loading never executes code from the exported files, nor code of this package: sentence-transformers
+reads JSON configs and safetensors into its own classes (``Dense`` activations are ``torch.nn``
+classes), and :func:`load_compressor` reads JSON and safetensors. Folders of the format before
+(their modules.json names ``dive_core.export.CompressorModule``) are refused with the command that
+exports them again (:func:`check_model_folder`).
 """
 
 from __future__ import annotations
@@ -95,51 +102,93 @@ def load_compressor(path: str | Path, device: str = "cpu") -> Method:
 
 
 # --------------------------------------------------------------------------- sentence-transformers
-def _module_base():
+OLD_MODULE = "dive_core.export.CompressorModule"  # what exports named before sentence-transformers 6
+
+
+class OldExportError(ValueError):
+    """A sentence-transformers folder exported in the format before: it names this package's code."""
+
+
+def old_format_message(folder: str | Path) -> str:
+    folder = Path(folder)
     try:
-        from sentence_transformers.base.modules import Module
-    except ImportError:  # older sentence-transformers
-        return torch.nn.Module
-    return Module
+        config = json.loads((folder / "compressor" / CONFIG).read_text(encoding="utf-8"))
+        checkpoint = config["provenance"]["checkpoint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        checkpoint = None
+    source = (f" (it was exported from {checkpoint})" if checkpoint else
+              " (CHECKPOINT: the workflow checkpoint it was exported from, results/.../model.pt)")
+    return (f"{folder}: an export in the old format: its modules.json names {OLD_MODULE}, code of this package "
+            f"that sentence-transformers >= 6 runs only with trust_remote_code=True. Export it again, written with "
+            f"sentence-transformers' own modules only: python -m dive_core.export {checkpoint or 'CHECKPOINT'} "
+            f"{folder}{source}")
 
 
-class CompressorModule(_module_base()):
-    """The last module of an exported sentence-transformers model: normalises the backbone's
-    sentence embedding, applies the trained compressor and normalises again (the workflow's
-    ``Method.compress``)."""
+def check_model_folder(folder: str | Path) -> Path:
+    """``folder`` if it is a sentence-transformers export that loads without ``trust_remote_code``:
+    its modules.json names sentence-transformers' own module classes only. An export of the old
+    format is refused with the command that exports it again (:class:`OldExportError`)."""
+    folder = Path(folder)
+    path = folder / "modules.json"
+    try:
+        modules = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{folder}: not a sentence-transformers export (no modules.json); for another backbone "
+                         "pass the backbone= that made the training embeddings") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON: {exc}") from None
+    types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
+    if OLD_MODULE in types:
+        raise OldExportError(old_format_message(folder))
+    foreign = [t for t in types if not t.startswith("sentence_transformers.")]
+    if foreign:
+        raise ValueError(f"{path}: module class(es) {foreign} outside sentence-transformers: not an export of "
+                         "this pipeline, and loading it would run their code")
+    return folder
 
-    config_keys: list[str] = []
-    # sentence-transformers passes encode_query's / encode_document's task ("query" / "document"):
-    # an asymmetric compressor (query_side) maps queries by its query map, everything else by its
-    # document map (plain ``encode`` gives no task: the document map)
-    forward_kwargs = {"task"}
 
-    def __init__(self, method: Method | None = None):
-        super().__init__()
-        self.method = method
-
-    def forward(self, features: dict, task: str | None = None, **kwargs) -> dict:
-        x = features["sentence_embedding"]
-        z = torch.nn.functional.normalize(x.float(), dim=-1)
-        task = task if task is not None else features.get("task")
-        transform = self.method.transform_query if task == "query" else self.method.transform
-        with torch.no_grad():
-            out = torch.nn.functional.normalize(transform(z.to(self.method.device)), dim=-1)
-        features["sentence_embedding"] = out.to(x.device)
-        return features
-
-    def get_sentence_embedding_dimension(self) -> int:
-        return int(self.method.k)
-
-    get_embedding_dimension = get_sentence_embedding_dimension
-
-    def save(self, output_path: str, *args, **kwargs) -> None:
-        save_compressor(self.method, output_path, self.method.meta.get("export"))
+class CompressorModule:
+    """The module class that exports of the old format name (:data:`OLD_MODULE`). It only refuses
+    them, with the command that exports them again, when such a folder is loaded with
+    ``trust_remote_code=True``."""
 
     @classmethod
-    def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs) -> "CompressorModule":
-        path = Path(model_name_or_path) / subfolder
-        return cls(load_compressor(path))
+    def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs):
+        raise OldExportError(old_format_message(model_name_or_path))
+
+
+def map_modules(method: Method, side: str = "document") -> list:
+    """The map of ``side`` as sentence-transformers modules: ``Normalize`` (the workflow normalises
+    embeddings before compressing), the method's layers as ``Dense`` modules (identity or ReLU
+    activation) and ``Normalize`` steps, and ``Normalize`` (``Method.compress`` normalises its output).
+    NotImplementedError for a method whose map no such layers express."""
+    from sentence_transformers.base.modules import Dense, Normalize
+
+    from .layers import NORMALIZE, dense_parts
+
+    out = [Normalize()]
+    for step in method.layers(side):
+        if step == NORMALIZE:
+            out.append(Normalize())
+            continue
+        for w, b, relu in dense_parts(step):
+            out.append(Dense(int(w.shape[1]), int(w.shape[0]), bias=True,
+                             activation_function=torch.nn.ReLU() if relu else torch.nn.Identity(),
+                             init_weight=w.detach().clone().float(), init_bias=b.detach().clone().float()))
+    return [*out, Normalize()]
+
+
+def compressor_modules(method: Method) -> list:
+    """The modules that follow the backbone's in an export: the map (:func:`map_modules`) of a
+    symmetric compressor; for an asymmetric one (query_side), a ``Router`` whose ``query`` route
+    is the query map and whose ``document`` route, also the default (plain ``encode``), is the
+    document map."""
+    if not getattr(method, "asymmetric", False):
+        return map_modules(method)
+    from sentence_transformers.base.modules import Router
+
+    return [Router.for_query_document(query_modules=map_modules(method, "query"),
+                                      document_modules=map_modules(method, "document"), default_route="document")]
 
 
 def _backbone_model(spec: Mapping[str, Any]):
@@ -169,20 +218,16 @@ class BeirDenseModel:
         folder = Path(folder)
         self.backbone, self.st = backbone, None
         if backbone is None:
-            if not (folder / "modules.json").is_file():
-                raise ValueError(f"{folder}: not a sentence-transformers export; pass the backbone= that "
-                                 "made the training embeddings")
             from sentence_transformers import SentenceTransformer
 
-            # the folder names dive_core.export.CompressorModule: sentence-transformers >= 6 loads a
-            # module class of its own package only with trust_remote_code (here: this repository's code)
-            self.st = SentenceTransformer(str(folder), device=device, trust_remote_code=True)
+            # sentence-transformers' own modules only (an old-format folder is refused, naming the fix)
+            self.st = SentenceTransformer(str(check_model_folder(folder)), device=device)
         else:
             self.compressor = load_compressor(folder, device)
 
     def _encode(self, texts: list[str], batch_size: int, queries: bool):
         if self.st is not None:  # encode_query / encode_document: the backbone's own prompts (EmbeddingGemma's),
-            # and the task that routes an asymmetric compressor's queries to its query map (CompressorModule)
+            # and the task by which the Router of an asymmetric compressor takes queries to its query map
             encode = self.st.encode_query if queries else self.st.encode_document
             return encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
         from .embeddings import l2_normalize
@@ -207,7 +252,10 @@ class BeirDenseModel:
 
 
 # --------------------------------------------------------------------------- model card
-def model_card(result: Mapping[str, Any] | None, config: Mapping[str, Any], st_folder: bool) -> str:
+def model_card(result: Mapping[str, Any] | None, config: Mapping[str, Any], st_folder: bool,
+               no_folder: str | None = None) -> str:
+    """The README.md of an export; ``no_folder``: why a sentence-transformers backbone got no model
+    folder (a map that sentence-transformers' modules do not express)."""
     lines = [f"# DIVE pipeline export: {config['type']} {config['d']} -> {config['k']} dimensions", ""]
     if result:
         lines += [f"Trained by the DIVE pipeline on **{result['dataset']}** (backbone **{result['backbone']}**, "
@@ -225,10 +273,19 @@ def model_card(result: Mapping[str, Any] | None, config: Mapping[str, Any], st_f
         lines += ["", "`seen`: a relevant document of the query was a training positive; `unseen`: none was.", ""]
     lines += ["## Use", ""]
     if st_folder:
+        asymmetric = method_class(config["type"]).asymmetric
         lines += ["```python", "from sentence_transformers import SentenceTransformer",
-                  "# trust_remote_code: the compressor is dive_core.export.CompressorModule (needs dive_core importable)",
-                  "model = SentenceTransformer('path/to/this/folder', trust_remote_code=True)",
-                  f"vectors = model.encode(['a text'])  # (1, {config['k']}), L2-normalised", "```", ""]
+                  "# sentence-transformers' own modules only (Dense, Normalize" + (", Router" if asymmetric else "")
+                  + "): no custom code runs",
+                  "model = SentenceTransformer('path/to/this/folder')",
+                  f"vectors = model.encode(['a text'])  # (1, {config['k']}), L2-normalised"]
+        if asymmetric:
+            lines += ["queries = model.encode_query(['a question'])  # the query map",
+                      "documents = model.encode_document(['a text'])  # the document map (also plain encode)"]
+        lines += ["```", ""]
+    elif no_folder:
+        lines += [f"No sentence-transformers model folder: {no_folder}. Compress the backbone's vectors with the "
+                  "compressor alone:", ""]
     lines += ["```python", "from dive_core import load_compressor",
               "compressor = load_compressor('path/to/this/folder')",
               f"small = compressor.compress(frozen_embeddings)  # (n, {config['d']}) -> (n, {config['k']})", "```", "",
@@ -251,28 +308,29 @@ def export(checkpoint: str | Path, out_dir: str | Path, result: Mapping[str, Any
     provenance = {k: (result or {}).get(k) for k in ("dataset", "backbone", "method", "stage", "seed", "k")}
     provenance.update({"checkpoint": str(checkpoint), "weights_sha256": method.state_sha256(),
                        "backbone_spec": spec or None})
-    method.meta = {"export": provenance}
+    # what the fit recorded (the document map of a query side, the drift guard's statistics) goes with it
+    method.meta = {**{key: method.meta[key] for key in RECORDED if key in method.meta}, "export": provenance}
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     st_folder = spec.get("family") == "sentence_transformers"
+    no_folder = None
+    if st_folder:
+        try:
+            modules = compressor_modules(method)
+        except NotImplementedError as exc:
+            st_folder, no_folder = False, str(exc)
+            print(f"note: {checkpoint}: no sentence-transformers folder ({exc}); exporting the compressor alone",
+                  file=sys.stderr)
     if st_folder:
         from sentence_transformers import SentenceTransformer
 
-        from dive_core.export import CompressorModule as module  # its importable path, also under -m
-
         backbone = _backbone_model(spec)
-        model = SentenceTransformer(modules=[*backbone, module(method)], device="cpu")
+        model = SentenceTransformer(modules=[*backbone, *modules], device="cpu", prompts=backbone.prompts,
+                                    default_prompt_name=backbone.default_prompt_name)
         model.save(str(tmp))
-        # one copy of the compressor: the sentence-transformers module lives in compressor/
-        modules = json.loads((tmp / "modules.json").read_text(encoding="utf-8"))
-        entry = next(m for m in modules if m["type"].endswith(".CompressorModule"))
-        (tmp / entry["path"]).replace(tmp / "compressor")
-        entry["path"] = "compressor"
-        (tmp / "modules.json").write_text(json.dumps(modules, indent=2), encoding="utf-8")
-    else:
-        save_compressor(method, tmp / "compressor", provenance)
+    save_compressor(method, tmp / "compressor", provenance)  # the exact record, read by load_compressor
     config = json.loads((tmp / "compressor" / CONFIG).read_text(encoding="utf-8"))
-    (tmp / "README.md").write_text(model_card(result, config, st_folder), encoding="utf-8")
+    (tmp / "README.md").write_text(model_card(result, config, st_folder, no_folder), encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
     return out
@@ -298,4 +356,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["BeirDenseModel", "CompressorModule", "export", "load_compressor", "save_compressor"]
+__all__ = ["BeirDenseModel", "CompressorModule", "OldExportError", "check_model_folder", "compressor_modules", "export",
+           "load_compressor", "map_modules", "save_compressor"]

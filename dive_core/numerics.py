@@ -21,8 +21,8 @@ reproducibility* (CNR) fixes the code path. :func:`configure` selects it:
 
 A user's own ``MKL_CBWR`` is kept (and recorded). MKL reads the variable once, when
 ``libtorch_cpu.so`` is loaded, so it must be in the environment before the first ``import torch``:
-``import dive_core`` (which every workflow script, ``dive-compress``, the benchmarks and exported
-models go through) sets it. Where torch was imported first, the mode is set through MKL's own
+``import dive_core`` (which every workflow script, ``dive-compress`` and the benchmarks go through;
+an exported sentence-transformers model runs no code of this package) sets it. Where torch was imported first, the mode is set through MKL's own
 ``mkl_cbwr_set``, which works until MKL's first computation; after that the mode cannot change,
 and a warning says which mode the process runs in.
 

@@ -19,7 +19,7 @@ from dive_core.data import load_beir
 from dive_core.embeddings import read_embeddings
 
 folder = sys.argv[1] if len(sys.argv) > 1 else "results/scifact/minilm/dive/k64/final/seed2027/export"
-model = SentenceTransformer(folder, device="cpu", trust_remote_code=True)  # MiniLM + the trained compressor (dive_core code)
+model = SentenceTransformer(folder, device="cpu")  # MiniLM + the trained compressor (sentence-transformers modules)
 compressor = load_compressor(folder)  # the compressor alone, for embeddings made elsewhere
 
 stored = read_embeddings("results/scifact/minilm/embeddings.h5")  # (5183, 384) frozen MiniLM vectors

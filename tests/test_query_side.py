@@ -263,8 +263,9 @@ def test_a_query_side_refit_leaves_the_compressed_corpus_and_its_faiss_index_byt
 
 def test_exports_encode_queries_and_documents_by_their_own_maps(problem, tmp_path):
     """The exported compressor folder keeps both maps and their pairing; the sentence-transformers
-    module routes encode_query's task to the query map and everything else to the document map."""
-    from dive_core.export import CompressorModule, load_compressor, save_compressor
+    Router of an export takes encode_query's task to the query map and everything else to the
+    document map."""
+    from dive_core.export import compressor_modules, load_compressor, save_compressor
 
     a, _ = _fitted_pair(problem, tmp_path)
     save_compressor(a, tmp_path / "comp", {"dataset": "scifact"})
@@ -272,13 +273,13 @@ def test_exports_encode_queries_and_documents_by_their_own_maps(problem, tmp_pat
     x = problem.val_queries
     for side in ("document", "query"):
         assert np.array_equal(back.compress(x, side=side), a.compress(x, side=side))
-    module = CompressorModule(back)
+    (router,) = compressor_modules(back)
     feats = lambda: {"sentence_embedding": torch.from_numpy(x.copy())}  # noqa: E731
-    # (the module normalises its input again: equal to float32 rounding)
-    assert np.allclose(module(feats(), task="query")["sentence_embedding"].numpy(), a.compress(x, side="query"),
-                       atol=1e-6)
-    for task in ("document", None):
-        assert np.allclose(module(feats(), task=task)["sentence_embedding"].numpy(), a.compress(x), atol=1e-6)
+    with torch.no_grad():  # (Dense layers and a normalised input: equal to float32 rounding)
+        assert np.allclose(router(feats(), task="query")["sentence_embedding"].numpy(), a.compress(x, side="query"),
+                           atol=1e-6)
+        for task in ("document", None):
+            assert np.allclose(router(feats(), task=task)["sentence_embedding"].numpy(), a.compress(x), atol=1e-6)
     assert not np.allclose(a.compress(x), a.compress(x, side="query"), atol=1e-3)
     # a document map swapped in from another fit is refused on load
     import json

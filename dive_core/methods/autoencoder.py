@@ -46,5 +46,11 @@ class Autoencoder(TorchMethod):
     def transform(self, x):
         return self.net["encoder"](x)
 
+    def layers(self, side="document"):
+        from ..layers import ReluNet, linear
+
+        enc = self.net["encoder"]
+        return [ReluNet(linear(enc[0]), linear(enc[2]))]
+
     def reconstruction_error(self, x):
         return (self.net["decoder"](self.net["encoder"](x)) - x).norm(dim=-1)

@@ -124,6 +124,13 @@ class Method:
         maps queries into the document map's space by a map of their own."""
         return self.transform(x)
 
+    def layers(self, side: str = "document") -> list:
+        """The map of ``side`` (:meth:`transform`, or :meth:`transform_query` for ``query``) as plain
+        layers (:mod:`dive_core.layers`: affine maps, ReLU networks, normalisations), without the
+        normalisation of its input and output; an export writes them as sentence-transformers' own
+        modules. A method whose map no such layers express raises NotImplementedError saying why."""
+        raise NotImplementedError(f"method {self.type!r} states no layers")
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {}
 

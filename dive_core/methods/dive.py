@@ -61,3 +61,6 @@ class DIVE(TorchMethod):
 
     def transform(self, x):
         return self.adapted(x, width=self.k)  # head 1 alone (compress() normalises it)
+
+    def layers(self, side="document"):
+        return [self.net["adapter"].layers(slice(0, self.k))]

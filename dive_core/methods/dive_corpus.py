@@ -100,3 +100,10 @@ class DIVECorpus(DIVE):
 
     def transform(self, x):
         return self.adapted(x, width=self.k)  # head 1 alone
+
+    def layers(self, side="document"):
+        from ..layers import Affine, detached
+
+        frame = self.net["frame"]  # u = (z - mean) R = R' z - mean R, before the adapter
+        rotate = Affine(detached(frame.rotation.T), detached(-(frame.mean @ frame.rotation)))
+        return [*([] if frame.identity else [rotate]), *super().layers(side)]

@@ -12,3 +12,6 @@ class Frozen(Method):
 
     def transform(self, x):
         return x
+
+    def layers(self, side="document"):
+        return []

@@ -76,6 +76,11 @@ class PCA(Method):
     def transform(self, x):
         return (x - self.mean.to(x.device)) @ self.components.to(x.device)
 
+    def layers(self, side="document"):
+        from ..layers import Affine, detached
+
+        return [Affine(detached(self.components.T), detached(-(self.mean @ self.components)))]
+
     def reconstruction_error(self, x):
         r = x - self.mean.to(x.device)
         comps = self.components.to(x.device)

@@ -131,6 +131,19 @@ class QuerySide(TorchMethod):
     def transform_query(self, x):
         return self.net["query"](x, self.doc.transform(x))
 
+    def layers(self, side="document"):
+        from ..layers import Affine, ReluNet, add, detached, linear
+
+        doc = self.doc.layers()
+        if side != "query":
+            return doc
+        q = self.net["query"]
+        if q.kind == "procrustes":
+            return [*doc, Affine(detached(q.rotation.T))]
+        (base,) = doc  # pca, truncate: one affine map; autoencoder: one ReLU network
+        learned = Affine(detached(q.a.weight)) if q.kind == "linear" else ReluNet(linear(q.up), linear(q.down))
+        return [add(base, learned)]
+
     # -- fitting -------------------------------------------------------------------------
     def fit_document_map(self, data, log, progress: bool = True) -> None:
         """Fit the document map on ``data.docs`` (no label), its log rows under phase ``document``."""
@@ -297,6 +310,14 @@ class QuerySideKnown(QuerySide):
 
     def transform(self, x):
         return self.net["known"](self.doc.transform(x))
+
+    def layers(self, side="document"):
+        if side == "query":
+            return super().layers(side)
+        raise NotImplementedError(
+            f"{self.type}: the document map adds a trained offset to a code only within a squared distance of "
+            f"{MATCH_TOLERANCE} of a fitted document's code (a nearest-code lookup): a discontinuous map that no "
+            "affine, ReLU and normalisation layers compute")
 
     def doc_codes(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The fitted documents' codes with their offsets (which train)."""

@@ -106,3 +106,6 @@ class SearchAdaptor(TorchMethod):
 
     def transform(self, x):
         return self.net["adapter"](x)[:, : self.k]
+
+    def layers(self, side="document"):
+        return [self.net["adapter"].layers(slice(0, self.k))]

@@ -336,6 +336,11 @@ class SMEC(TorchMethod):
             x = st(x)
         return x
 
+    def layers(self, side="document"):
+        from ..layers import NORMALIZE
+
+        return [step for st in self.stages for step in (st.adapter.layers(st.selected.cpu()), NORMALIZE)]
+
     # -- training ----------------------------------------------------------------------
     def fit(self, data, log, progress: bool = True) -> None:
         if data.n_triplets == 0:

@@ -11,5 +11,10 @@ class Truncate(Method):
     def transform(self, x):
         return x[:, : self.k]
 
+    def layers(self, side="document"):
+        from ..layers import identity_rows
+
+        return [identity_rows(self.d, slice(0, self.k))]
+
     def reconstruction_error(self, x):
         return x[:, self.k:].norm(dim=-1)  # the dropped coordinates
