@@ -13,6 +13,7 @@ data        BEIR download, staging and strict loaders with source fingerprints; 
 splits      the SHA-256 rank split rule and split manifests
 backbones   frozen encoders (MiniLM via sentence-transformers, LLM2Vec)
 vectors     vector files (Parquet, .npy + ids, HDF5) in row chunks; the `vectors` backbone's ingest
+vector_checks  what a vector file must hold (unique ids, finite non-zero rows, the dimension): one check
 embeddings  HDF5 embedding store
 embed_job   the embedding job of rules embed / embed_part, run in its backbone's environment
 environments  software environments per backbone family (LLM2Vec's own), and running a job in one

@@ -589,21 +589,22 @@ COMPRESSED_FORMAT = "dive-compressed/1"
 COMPRESSED_META_KEY = "dive_compressed"  # the metadata key (Parquet schema, HDF5 emb attrs) holding the JSON record
 COMPRESSED_FIELDS = ("format", "encoding", "compressor", "input", "normalisation")  # and sq8 (int8)
 # a compress part's range file, beside its float32 spool: its rows of the input and their per-coordinate range
-COMPRESS_PART_FIELDS = ("part", "start", "stop", "n", "group", "weights_sha256", "vmin", "vmax")
+COMPRESS_PART_FIELDS = ("part", "start", "stop", "n", "group", "weights_sha256", "allowed", "vmin", "vmax")
 COMPRESSOR_FORMAT = "dive-compressor/2"  # /1 had no config_sha256
 COMPRESSOR_DEFINING = ("format", "type", "d", "k", "seed", "hparams", "state_sha256")  # what config_sha256 covers
 COMPRESSOR_FIELDS = (*COMPRESSOR_DEFINING, "provenance", "config_sha256")
 
 
 def compressed(compressor: Mapping[str, Any], vectors: Any, encoding: str,
-               sq8: tuple[Sequence[float], Sequence[float]] | None = None) -> dict:
+               sq8: tuple[Sequence[float], Sequence[float]] | None = None, allowed: Sequence[str] = ()) -> dict:
     """The ``dive_compressed`` metadata record of one output vector set (no time, no path: the CLI
     and a gathered workflow output carry the same record). ``compressor``: its provenance
     (:func:`dive_core.compress.provenance`); ``vectors``: the input set (a
-    :class:`~dive_core.vectors.VectorFile`); ``sq8``: an int8 file's ``(vmin, vdiff)`` ranges, as floats."""
+    :class:`~dive_core.vectors.VectorFile`); ``sq8``: an int8 file's ``(vmin, vdiff)`` ranges, as floats;
+    ``allowed``: the options that let all-zero rows or repeated ids through on purpose (``input.allowed``)."""
     rec = {"format": COMPRESSED_FORMAT, "encoding": encoding, "compressor": dict(compressor),
            "input": {"file": vectors.path.name, "group": vectors.group, "n": int(vectors.n), "dim": int(vectors.dim),
-                     "dtype": vectors.dtype},
+                     "dtype": vectors.dtype, **({"allowed": sorted(allowed)} if allowed else {})},
            "normalisation": "input rows L2-normalised, compressed, output rows L2-normalised (Method.compress)"}
     if sq8 is not None:
         rec["sq8"] = {"vmin": list(sq8[0]), "vdiff": list(sq8[1]),

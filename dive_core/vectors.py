@@ -32,6 +32,7 @@ import numpy as np
 
 from .atomic import atomic_path
 from .data import sha256_file
+from .vector_checks import bad_rows, duplicate_ids, where, wrong_dimension
 
 EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".h5": "h5", ".hdf5": "h5"}
 FLOAT_TYPES = ("float16", "float32", "float64")
@@ -197,6 +198,26 @@ class VectorFile:
         stop = self.n if stop is None else min(int(stop), self.n)
         if 0 <= start < stop:
             yield from getattr(self, f"_chunks_{self.format}")(rows, raw, int(start), stop)
+
+    def id_chunks(self, rows: int = CHUNK_ROWS) -> Iterator[list[str]]:
+        """The ids, ``rows`` at a time from the first row, without reading the vectors (the id
+        check of :mod:`dive_core.vector_checks`)."""
+        if self.format == "parquet":
+            pos = 0
+            for batch in self._pq.iter_batches(batch_size=rows, columns=[self.id_column]):
+                yield _ids_text(batch.column(0).to_pylist(), self.path, pos)
+                pos += batch.num_rows
+        elif self.format == "npy":
+            with open(self.ids_file, encoding="utf-8", newline="\n") as fh:  # as _chunks_npy reads them
+                for s in range(0, self.n, rows):
+                    lines = [fh.readline().rstrip("\r\n") for _ in range(min(rows, self.n - s))]
+                    yield _ids_text(lines, self.ids_file, s)
+        else:
+            import h5py
+
+            with h5py.File(self.path, "r") as f:
+                for s in range(0, self.n, rows):
+                    yield _ids_text(list(f[self._root]["ids"][s:s + rows]), self.path, s)
 
     def _cast(self, mat: np.ndarray, raw: bool) -> np.ndarray:
         return mat if raw else np.asarray(mat, dtype=np.float32)
@@ -367,58 +388,62 @@ def pinned_sha256(spec: Mapping[str, Any], role: str, dataset: str) -> str | Non
 
 
 class _Problems:
-    """Counts and the first few ids of each kind of bad row in one file."""
+    """Counts and the first few of each kind of bad row in one file (an id, or where a
+    :class:`~dive_core.vector_checks.BadRow` is: row and id)."""
 
     def __init__(self) -> None:
         self.found: dict[str, tuple[int, list[str]]] = {}
 
-    def add(self, what: str, ids: Sequence[str], count: int | None = None) -> None:
-        count = len(ids) if count is None else count
+    def add(self, what: str, labels: Sequence[str], count: int | None = None) -> None:
+        count = len(labels) if count is None else count
         if count:
             n, first = self.found.get(what, (0, []))
-            self.found[what] = (n + count, (first + list(ids[:SHOWN]))[:SHOWN])
+            self.found[what] = (n + count, (first + list(labels[:SHOWN]))[:SHOWN])
 
-    def raise_if_any(self, path: Path, context: str) -> None:
+    def add_ids(self, what: str, ids: Sequence[str], count: int | None = None) -> None:
+        self.add(what, [repr(i) for i in ids[:SHOWN]], len(ids) if count is None else count)
+
+    def raise_if_any(self, path: str, context: str) -> None:
         if self.found:
-            lines = [f"  - {n} {what} (first: {', '.join(repr(i) for i in first)})"
-                     for what, (n, first) in self.found.items()]
+            lines = [f"  - {n} {what} (first: {', '.join(first)})" for what, (n, first) in self.found.items()]
             raise VectorFileError(f"{path}: cannot be ingested {context}:\n" + "\n".join(lines))
+
+
+BAD_ROWS = {"duplicate": "duplicate id(s)", "nonfinite": "vector(s) with NaN or Inf", "zero": "all-zero vector(s)"}
 
 
 def ingest_role(writer, group: str, vf: "VectorFile", target_ids: Sequence[str], context: str,
                 also_known: set[str] | frozenset = frozenset(), rows: int = CHUNK_ROWS) -> None:
     """Copy the rows of ``vf`` whose ids are ``target_ids`` into ``group`` of an open embedding
     file (``writer.put(group, positions, rows)``), at the position of their id; refuse the file,
-    naming every kind of problem with its count and first ids: ids that are neither targets nor in
-    ``also_known`` (known but not wanted, e.g. unjudged queries: skipped), duplicates, NaN/Inf,
-    all-zero vectors, and target ids the file lacks."""
+    naming every kind of problem with its count and first ids (rows and ids for what
+    :mod:`dive_core.vector_checks` finds): ids that are neither targets nor in ``also_known`` (known
+    but not wanted, e.g. unjudged queries: skipped, whatever their vectors hold), repeated ids (of
+    any row), NaN/Inf, all-zero vectors, and target ids the file lacks."""
     index = {i: n for n, i in enumerate(target_ids)}
     filled = np.zeros(len(target_ids), dtype=bool)
     bad = _Problems()
     role = "documents" if group == "corpus" else "queries"
+    place = where(vf)
+    for b in duplicate_ids(place, lambda: vf.id_chunks(rows)):
+        bad.add(BAD_ROWS[b.kind], [b.at()])
+    start = 0
     for ids, mat in vf.chunks(rows):
         pos = np.fromiter((index.get(i, -1) for i in ids), dtype=np.int64, count=len(ids))
         skipped = np.fromiter((p < 0 and i in also_known for i, p in zip(ids, pos)), dtype=bool, count=len(ids))
-        bad.add(f"id(s) not among the staged {role}", [i for i, p, s in zip(ids, pos, skipped) if p < 0 and not s])
-        nonfinite = ~np.isfinite(mat).all(axis=1) & ~skipped  # known-but-unwanted rows (unjudged queries) are
-        zero = ~(mat != 0).any(axis=1) & ~skipped  # skipped, whatever they hold
-        bad.add("vector(s) with NaN or Inf", [i for i, b in zip(ids, nonfinite) if b])
-        bad.add("all-zero vector(s)", [i for i, b in zip(ids, zero & ~nonfinite) if b])
+        bad.add_ids(f"id(s) not among the staged {role}", [i for i, p, s in zip(ids, pos, skipped) if p < 0 and not s])
+        for b in bad_rows(place, ids, mat, start, checked=~skipped):
+            bad.add(BAD_ROWS[b.kind], [b.at()])
+        start += len(ids)
         keep = np.flatnonzero(pos >= 0)
-        order = keep[np.argsort(pos[keep], kind="stable")]
-        p = pos[order]
-        dup = np.zeros(len(order), dtype=bool)
-        dup[1:] = p[1:] == p[:-1]
-        dup |= filled[p]
-        bad.add("duplicate id(s)", [ids[i] for i in order[dup]])
-        order, p = order[~dup], p[~dup]
-        filled[p] = True
+        order = keep[np.argsort(pos[keep], kind="stable")]  # no id repeats once nothing is refused
+        filled[pos[order]] = True
         if not bad.found and len(order):
-            writer.put(group, p, mat[order])
+            writer.put(group, pos[order], mat[order])
     missing = np.flatnonzero(~filled)
-    bad.add(f"staged {role} missing" if group == "corpus" else "judged queries missing",
-            [target_ids[i] for i in missing[:SHOWN]], count=len(missing))
-    bad.raise_if_any(vf.path, context)
+    bad.add_ids(f"staged {role} missing" if group == "corpus" else "judged queries missing",
+                [target_ids[i] for i in missing[:SHOWN]], count=len(missing))
+    bad.raise_if_any(place, context)
 
 
 def open_source(spec: Mapping[str, Any], role: str, dataset: str) -> "VectorFile":
@@ -453,8 +478,10 @@ def ingest(backbone_id: str, spec: Mapping[str, Any], dataset: str, doc_ids: Seq
     sources, files = {}, {}
     for role in ("corpus", "queries"):
         vf = files[role] = open_source(spec, role, dataset)
-        if vf.dim != dim:
-            raise VectorFileError(f"{vf.path}: vectors of dimension {vf.dim}; backbones.{backbone_id}.dim is {dim}")
+        first = next(iter(vf.id_chunks(1)), [None])[0] if vf.n else None
+        wrong = wrong_dimension(where(vf), vf.dim, dim, first, f"backbones.{backbone_id}.dim is {dim}")
+        if wrong is not None:
+            raise VectorFileError(str(wrong))
         if vf.dtype not in FLOAT_TYPES:
             raise VectorFileError(f"{vf.path}: {vf.dtype} codes (a dive-compress int8 output?), not float vectors")
         sha = sha256_file(vf.path)

@@ -261,10 +261,6 @@ def test_faiss_index_is_faiss_own_and_finds_the_exact_top1(tmp_path, model, data
 # --------------------------------------------------------------------------- refusals and atomicity
 def test_refusals_name_the_file(tmp_path, model, data, capsys):
     ids, x = data
-    wrong = write_vectors(tmp_path / "wrong.parquet", ids, x[:, :16])
-    rc, _, err = cli([model, wrong, tmp_path / "out.parquet"], capsys)
-    assert rc == 2
-    assert f"{wrong}: vectors of dimension 16, but the compressor {model} maps 32 -> 8 dimensions" in err
     (tmp_path / "vectors.csv").write_text("id,x\n")
     rc, _, err = cli([model, tmp_path / "vectors.csv", tmp_path / "out.parquet"], capsys)
     assert rc == 2 and f"{tmp_path / 'vectors.csv'}: unknown vector file type '.csv'" in err
@@ -275,12 +271,95 @@ def test_refusals_name_the_file(tmp_path, model, data, capsys):
     assert rc == 2 and f"{tmp_path / 'nothing.pt'}: no such compressor" in err
     rc, _, err = cli([model, good, good], capsys)
     assert rc == 2 and "would overwrite the input" in err
-    bad = x.copy()
-    bad[42, 3] = np.nan
-    nan = write_vectors(tmp_path / "nan.h5", ids, bad)
-    rc, _, err = cli([model, nan, tmp_path / "out.parquet"], capsys)
-    assert rc == 2 and f"{nan}: row 42 (id {ids[42]!r}) holds NaN or Inf" in err
-    assert files_in(tmp_path) == ["good.parquet", "nan.h5", "vectors.csv", "wrong.parquet"]
+    assert files_in(tmp_path) == ["good.parquet", "vectors.csv"]
+
+
+def spoil(case: str, ids: list, x: np.ndarray) -> tuple[list, np.ndarray, str]:
+    """The input spoiled as ``case`` says, and what its refusal says after the file's name."""
+    ids, x = list(ids), x.copy()
+    if case == "duplicated id":
+        ids[200] = ids[57]
+        return ids, x, f"row 200 (id {ids[57]!r}) repeats the id of row 57 (--allow-duplicate-ids lets such rows through)"
+    if case == "all-zero row":
+        x[123] = 0.0
+        return ids, x, (f"row 123 (id {ids[123]!r}) is all zeros: it has no direction to normalise "
+                        "(--allow-zero-rows lets such rows through)")
+    if case in ("NaN", "Inf"):
+        row = 42 if case == "NaN" else 250
+        x[row, 3] = np.nan if case == "NaN" else -np.inf
+        return ids, x, f"row {row} (id {ids[row]!r}) holds NaN or Inf"
+    return ids, x[:, :16], (f"row 0 (id {ids[0]!r}) has 16 dimensions, as every row of the file, but the "
+                            "compressor {model} maps 32 -> 8 dimensions: these are not the vectors it was trained on")
+
+
+REFUSED = ("duplicated id", "all-zero row", "NaN", "Inf", "wrong dimension")
+
+
+@pytest.mark.parametrize("encoding", ("float32", "int8"))  # int8: through compress_part and gather
+@pytest.mark.parametrize("case", REFUSED)
+def test_dive_compress_refuses_a_bad_input_naming_file_row_and_id_and_writes_nothing(tmp_path, model, data, case,
+                                                                                     encoding, capsys):
+    ids, x, said = spoil(case, *data)
+    src = write_vectors(tmp_path / "in" / "corpus.parquet", ids, x)
+    out = tmp_path / "out"
+    out.mkdir()
+    rc, _, err = cli([model, src, out / "corpus.parquet", "--encoding", encoding, "--faiss", out / "c.faiss"], capsys)
+    assert rc == 2
+    assert f"dive-compress: error: {src}: {said.format(model=model)}" in err, err
+    assert files_in(out) == [] and files_in(src.parent) == ["corpus.parquet"]
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_the_compress_jobs_refuse_a_bad_input_naming_file_row_and_id_and_write_nothing(tmp_path, model, data, case):
+    """What rules compress_part and compress run (workflow_scripts/compress.py): each part checks the
+    whole input's ids and its own rows; the part whose rows are bad, or every part for repeated ids
+    or another dimension, is refused and leaves no folder, so there is nothing to gather."""
+    ids, x, said = spoil(case, *data)
+    src = write_vectors(tmp_path / "corpus.npy", ids, x)
+    method = C.load_model(model)
+    parts, refused = tmp_path / "corpus.parts", []
+    for part in ("1of2", "2of2"):
+        try:
+            C.compress_part(method, src, parts / part, part, progress=False)
+        except C.CompressError as exc:
+            assert str(exc) == f"{src}: {said.format(model=model)}"
+            refused.append(part)
+    assert refused == (["2of2"] if case == "Inf" else ["1of2"] if case == "all-zero row" or case == "NaN" else
+                       ["1of2", "2of2"])
+    done = files_in(parts) if parts.exists() else []
+    assert done == sorted({"1of2", "2of2"} - set(refused))
+    with pytest.raises(C.CompressError, match="the parts end at row|out of order|dimensions"):  # a part is missing
+        C.gather(method, src, [parts / p for p in done], tmp_path / "out.npy")
+    assert not (tmp_path / "out.npy").exists() and not (tmp_path / "out.ids.txt").exists()
+    with pytest.raises(C.CompressError) as err:  # an entry without shards: one job, compress_file
+        C.compress_file(method, src, tmp_path / "one.npy", progress=False)
+    assert str(err.value) == f"{src}: {said.format(model=model)}"
+    assert not (tmp_path / "one.npy").exists() and not (tmp_path / "one.ids.txt").exists()
+
+
+@pytest.mark.parametrize("case", ("duplicated id", "all-zero row"))
+def test_rows_let_through_on_purpose_are_compressed_and_recorded(tmp_path, model, data, case, capsys):
+    ids, x, _ = spoil(case, *data)
+    src = write_vectors(tmp_path / "in.parquet", ids, x)
+    option = "--allow-duplicate-ids" if case == "duplicated id" else "--allow-zero-rows"
+    name = option[2:].replace("-", "_")
+    rc, _, err = cli([model, src, tmp_path / "out.parquet", option], capsys)
+    assert rc == 0, err
+    got_ids, y = read_all(tmp_path / "out.parquet")
+    assert got_ids == ids and np.array_equal(y, reference(model, x))
+    assert C.read_metadata(tmp_path / "out.parquet")["input"]["allowed"] == [name]
+    # the jobs: parts and gather agree on what they let through, and the output records it
+    parts = [C.compress_part(model, src, tmp_path / "parts" / p, p, progress=False, **{name: True})
+             for p in ("1of2", "2of2")]
+    with pytest.raises(C.CompressError, match=r"1of2: a part that let through \['" + name + r"'\] on purpose, but "
+                                              r"this gather allows nothing"):
+        C.gather(model, src, parts, tmp_path / "g.parquet", progress=False)
+    assert not (tmp_path / "g.parquet").exists()
+    C.gather(model, src, parts, tmp_path / "g.parquet", progress=False, **{name: True})
+    assert (tmp_path / "g.parquet").read_bytes() == (tmp_path / "out.parquet").read_bytes()
+    # without the option, the same input is refused
+    rc, _, err = cli([model, src, tmp_path / "no.parquet"], capsys)
+    assert rc == 2 and option in err and not (tmp_path / "no.parquet").exists()
 
 
 @pytest.mark.parametrize("encoding", ("float32", "int8"))

@@ -176,15 +176,16 @@ BAD = {
                                 r"corpus\.parquet: cannot be ingested as backbone 'vec' of dataset 'ds':\n"
                                 r"  - 2 id\(s\) not among the staged documents \(first: 'x1', 'x2'\)\n"
                                 r"  - 2 staged documents missing \(first: 'd8', 'd9'\)"),
-    "duplicates": (dict(docs=DOCS + ["d3"]), r"  - 1 duplicate id\(s\) \(first: 'd3'\)"),
+    "duplicates": (dict(docs=DOCS + ["d3"]), r"  - 1 duplicate id\(s\) \(first: row 10 \(id 'd3'\) repeating row 3\)"),
     "NaN": (dict(corpus_rows=np.where(np.arange(60).reshape(10, 6) == 13, np.nan, 1.0).astype(np.float32)),
-            r"  - 1 vector\(s\) with NaN or Inf \(first: 'd2'\)"),
+            r"  - 1 vector\(s\) with NaN or Inf \(first: row 2 \(id 'd2'\)\)"),
     "zero": (dict(corpus_rows=np.where(np.arange(10)[:, None] == 4, 0.0, np.ones((10, 6))).astype(np.float32)),
-             r"  - 1 all-zero vector\(s\) \(first: 'd4'\)"),
+             r"  - 1 all-zero vector\(s\) \(first: row 4 \(id 'd4'\)\)"),
     "missing judged query": (dict(queries=["q0", "q1", "q3"]), r"queries\.parquet: cannot be ingested .*\n"
                                                                r"  - 1 judged queries missing \(first: 'q2'\)"),
     "unknown query": (dict(queries=JUDGED + ["zz"]), r"  - 1 id\(s\) not among the staged queries \(first: 'zz'\)"),
-    "dimension": (dict(d=5), r"corpus\.parquet: vectors of dimension 5; backbones\.vec\.dim is 6"),
+    "dimension": (dict(d=5), r"corpus\.parquet: row 0 \(id 'd0'\) has 5 dimensions, as every row of the file, but "
+                             r"backbones\.vec\.dim is 6"),
 }
 
 

@@ -13,7 +13,7 @@ else:
     method = compress.load_model(snakemake.input.model)
     log.info("%s", compress.describe(compress.provenance(method, e["side"])))
     kw = dict(group=e["group"], id_column=e["id_column"], vector_column=e["vector_column"], progress=True,
-              side=e["side"])
+              side=e["side"], allow_zero_rows=e["allow_zero_rows"], allow_duplicate_ids=e["allow_duplicate_ids"])
     vectors = snakemake.input.vectors[0]
     if snakemake.rule == "compress_part":
         compress.compress_part(method, vectors, snakemake.output[0], snakemake.wildcards.shard, **kw)

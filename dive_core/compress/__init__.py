@@ -1,6 +1,7 @@
 """A trained compressor applied to a vector file: vectors in, vectors out, in bounded memory.
 
     dive-compress MODEL INPUT OUTPUT [--encoding float32|float16|int8] [--faiss PATH]
+                  [--allow-zero-rows] [--allow-duplicate-ids]
 
 MODEL is a trained compressor: a workflow checkpoint (``results/.../model.pt``) or an exported
 folder (:mod:`dive_core.export`). INPUT holds raw backbone vectors (Parquet, ``.npy`` with its
@@ -19,6 +20,13 @@ spool. The ranges are stored in the file's metadata (:func:`read_metadata`); :fu
 :func:`sq8_decode` turn the codes back into vectors, as FAISS reconstructs them. Codes are stored
 as ``code - 128`` (int8).
 
+The input must hold every id once, no NaN or Inf and no all-zero row, in the compressor's input
+dimension: the one check of every reader of raw vectors (:mod:`dive_core.vector_checks`), the ids
+first (:func:`check_input`), the rows as they are read; a refusal names file, row and id and
+leaves nothing written. ``--allow-zero-rows`` / ``--allow-duplicate-ids`` (a ``compress:`` entry's
+``allow_zero_rows`` / ``allow_duplicate_ids``) let such rows through on purpose, and the output's
+record (``input.allowed``) says so.
+
 Memory does not grow with the file: rows are read, normalised, compressed and written in chunks
 (:func:`chunk_rows`); a compute batch never has fewer than :data:`MIN_BATCH` rows (a short last
 chunk is padded), so every row's output is the same however the file is split into chunks or
@@ -36,7 +44,7 @@ errors  CompressError, what every part raises for what cannot be used as asked
 model   the compressor: loaded from a checkpoint or an exported folder; its provenance
 rows    compressing rows in chunks, in batches of at least MIN_BATCH rows; the written blocks
 codec   SQ8 (FAISS QT_8bit): ranges, int8 codes, decoding
-files   vector files in and out: input sets, checks, writing an output, reading one back
+files   vector files in and out: input sets, the input check, writing an output, reading one back
 jobs    part_range, compress_part, gather, compress_file
 index   the FAISS index of a compressed file, written as a stream
 config  the workflow's ``compress:`` entries (defaults, checks, outputs, job inputs)
@@ -50,7 +58,7 @@ from .cli import main
 from .codec import sq8_decode, sq8_encode, sq8_ranges
 from .config import ENTRY_DEFAULTS, check_config, entries, entry, job_inputs, output_files, part_dirs, targets
 from .errors import CompressError
-from .files import OutSet, check_dims, decode, decode_chunks, open_sets, read_metadata, write_output
+from .files import OutSet, check_input, decode, decode_chunks, open_sets, read_metadata, write_output
 from .index import faiss_index, write_faiss_index
 from .jobs import SPOOL_SET, compress_file, compress_part, gather, part_range
 from .model import RUN_KEYS, describe, load_model, provenance
@@ -59,7 +67,7 @@ from .rows import (COMPUTE_BYTES, MIN_BATCH, WRITE_BYTES, chunk_rows, compress_r
 
 __all__ = [
     "COMPUTE_BYTES", "ENTRY_DEFAULTS", "MIN_BATCH", "RUN_KEYS", "SPOOL_SET", "WRITE_BYTES", "CompressError", "OutSet",
-    "check_config", "check_dims", "chunk_rows", "compress_file", "compress_part", "compress_rows", "compressed_chunks",
+    "check_config", "check_input", "chunk_rows", "compress_file", "compress_part", "compress_rows", "compressed_chunks",
     "decode", "decode_chunks", "describe", "entries", "entry", "faiss_index", "gather", "job_inputs",
     "load_model", "main", "open_sets", "output_files", "part_dirs", "part_range", "provenance",
     "read_metadata", "rechunk", "sq8_decode", "sq8_encode", "sq8_ranges", "targets", "write_faiss_index",

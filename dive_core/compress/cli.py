@@ -8,9 +8,10 @@ import sys
 import time
 from pathlib import Path
 
+from ..vector_checks import option
 from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFileError, vector_format
 from .errors import CompressError
-from .files import _check_output, check_dims, open_sets
+from .files import _check_output, open_sets
 from .index import write_faiss_index
 from .jobs import compress_file
 from .model import describe, load_model, provenance
@@ -42,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"Parquet input: the id column (kept in OUTPUT; default {ID_COLUMN})")
     ap.add_argument("--vector-column", default=VECTOR_COLUMN,
                     help=f"Parquet input: the vector column (default {VECTOR_COLUMN})")
+    ap.add_argument(option("zero"), action="store_true",
+                    help="compress all-zero input rows too (refused by default: such a row has no direction, and "
+                         "comes out as a unit vector that means nothing); the output's record says so")
+    ap.add_argument(option("duplicate"), action="store_true",
+                    help="compress an input whose ids repeat (refused by default, naming the rows); the output's "
+                         "record says so")
     ap.add_argument("--rows", type=int, help="rows compressed at once (default: from the compressor's size)")
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -61,13 +68,14 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         method = load_model(args.model, args.device)
         print(describe(provenance(method, args.side)), file=sys.stderr)
-        check_dims(method, sets, args.model)
         _check_output(Path(args.output), sets)
         t0 = time.perf_counter()
         drift: list = []
         out = compress_file(method, args.input, args.output, args.encoding, group=args.group,
                             id_column=args.id_column, vector_column=args.vector_column, rows=args.rows,
-                            device=args.device, progress=not args.quiet, side=args.side, drift=drift)
+                            device=args.device, progress=not args.quiet, side=args.side, drift=drift,
+                            allow_zero_rows=args.allow_zero_rows,
+                            allow_duplicate_ids=args.allow_duplicate_ids)
         seconds = time.perf_counter() - t0
         n = sum(vf.n for vf in sets)
         print(f"{out}: {n} vectors {method.d} -> {method.k} dimensions, {args.encoding}, in {seconds:.1f} s "
@@ -82,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(reports, fh, indent=2)
         if args.faiss:
             print(f"{write_faiss_index(out, args.faiss, progress=not args.quiet)}: FAISS index of {out}")
-    except CompressError as exc:
+    except (CompressError, VectorFileError) as exc:  # a row the reader refuses: its message names the file
         print(f"dive-compress: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -9,7 +9,8 @@ from ..methods.specs import SIDES  # torch-free: what Method.compress maps (the 
 from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFileError, ids_path, meta_path, vector_format
 
 ENTRY_DEFAULTS = {"shards": 1, "encoding": "float32", "faiss": False, "group": None, "id_column": ID_COLUMN,
-                  "vector_column": VECTOR_COLUMN, "side": "document"}
+                  "vector_column": VECTOR_COLUMN, "side": "document", "allow_zero_rows": False,
+                  "allow_duplicate_ids": False}
 
 
 def entries(config: Mapping[str, Any]) -> dict[str, dict]:

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import records
 from ..atomic import atomic_path
+from ..vector_checks import duplicate_ids, where, wrong_dimension
 from ..vectors import (CHUNK_ROWS, ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFile, VectorFileError, VectorWriter,
                        h5_sets, open_vectors, vector_format)
 from .codec import _ranges_of, sq8_decode, sq8_encode
@@ -36,16 +37,25 @@ def open_sets(path: str | Path, group: str | None = None, id_column: str = ID_CO
         raise CompressError(str(exc)) from None
 
 
-def _where(vf: VectorFile) -> str:
-    return f"{vf.path}" + (f" (group {vf.group})" if vf.group else "")
-
-
-def check_dims(method, sets: Sequence[VectorFile], model: Any = None) -> None:
+def check_input(method, sets: Sequence[VectorFile], model: Any = None, allow_duplicate_ids: bool = False,
+                ids: bool = True) -> None:
+    """Before any row is compressed: each input set has the compressor's input dimension and
+    (``ids``, unless ``allow_duplicate_ids``) every id once (:mod:`dive_core.vector_checks`, a pass
+    over the ids alone). The rows themselves (NaN, Inf, all zeros) are checked as they are read
+    (:func:`~dive_core.compress.rows.compressed_chunks`). A CompressError names file, row and id."""
+    model = model if isinstance(model, (str, Path)) else getattr(method, "source", None)
+    name = f" {model}" if model else ""
     for vf in sets:
-        if vf.dim != method.d:
-            name = f" {model}" if isinstance(model, (str, Path)) else ""
-            raise CompressError(f"{_where(vf)}: vectors of dimension {vf.dim}, but the compressor{name} maps "
-                                f"{method.d} -> {method.k} dimensions: these are not the vectors it was trained on")
+        first = next(iter(vf.id_chunks(1)), [None])[0] if vf.n else None
+        bad = wrong_dimension(where(vf), vf.dim, method.d, first, f"the compressor{name} maps {method.d} -> "
+                              f"{method.k} dimensions: these are not the vectors it was trained on")
+        if bad is None and ids and not allow_duplicate_ids:
+            repeated = duplicate_ids(where(vf), vf.id_chunks)
+            bad = repeated[0] if repeated else None
+            if len(repeated) > 1:
+                raise CompressError(f"{bad} ({len(repeated)} rows repeat an earlier row's id)")
+        if bad is not None:
+            raise CompressError(str(bad))
 
 
 def _check_output(output: Path, sets: Sequence[VectorFile]) -> str:
@@ -147,7 +157,7 @@ def read_metadata(path: str | Path, group: str | None = None) -> dict:
         return records.read_compressed_metadata(vf.meta)
     except (OSError, KeyError, json.JSONDecodeError, TypeError):
         key = records.COMPRESSED_META_KEY
-        raise CompressError(f"{_where(vf)}: no {key} metadata: not written by dive-compress") from None
+        raise CompressError(f"{where(vf)}: no {key} metadata: not written by dive-compress") from None
 
 
 def decode_chunks(path: str | Path, group: str | None = None, rows: int = CHUNK_ROWS,

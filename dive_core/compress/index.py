@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import atomic_path
+from ..vector_checks import where
 from ..vectors import CHUNK_ROWS
 from .codec import _ranges_of
 from .errors import CompressError
-from .files import _bar, _where, open_sets, read_metadata
+from .files import _bar, open_sets, read_metadata
 
 
 def faiss_index(encoding: str, k: int, ranges: tuple[np.ndarray, np.ndarray] | None = None):
@@ -66,7 +67,7 @@ def write_faiss_index(vectors: str | Path, index_path: str | Path, group: str | 
     vf = sets[0]
     encoding = {"float32": "float32", "float16": "float16", "int8": "int8"}.get(vf.dtype)
     if encoding is None:
-        raise CompressError(f"{_where(vf)}: {vf.dtype} vectors; expected a dive-compress output")
+        raise CompressError(f"{where(vf)}: {vf.dtype} vectors; expected a dive-compress output")
     ranges = _ranges_of(read_metadata(vectors, vf.group)) if encoding == "int8" else None
     index = faiss_index(encoding, vf.dim, ranges)
     sample = np.zeros((1, vf.dim), np.float32)

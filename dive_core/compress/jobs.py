@@ -13,14 +13,22 @@ from typing import Sequence
 import numpy as np
 
 from .. import records
+from ..vector_checks import ALLOW
 from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorWriter, open_vectors
 from .codec import _floats, sq8_ranges
 from .errors import CompressError
-from .files import OutSet, _bar, _check_output, check_dims, open_sets, write_output
+from .files import OutSet, _bar, _check_output, check_input, open_sets, write_output
 from .model import _method, provenance
 from .rows import compressed_chunks, rechunk, write_rows
 
 SPOOL_SET = "set{}.h5"  # the float32 spool of the i-th vector set, in a part folder
+
+
+def allowed(allow_zero_rows: bool = False, allow_duplicate_ids: bool = False) -> list[str]:
+    """The options (:data:`dive_core.vector_checks.ALLOW`) that let rows through on purpose, as an
+    output's record and a part's range file name them."""
+    return sorted(name for name, on in ((ALLOW["zero"], allow_zero_rows), (ALLOW["duplicate"], allow_duplicate_ids))
+                  if on)
 
 
 def part_range(n: int, part: str | None) -> tuple[int, int]:
@@ -39,14 +47,16 @@ def part_range(n: int, part: str | None) -> tuple[int, int]:
 def compress_part(model, input: str | Path, part_dir: str | Path, part: str | None = None, *,
                   group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
                   rows: int | None = None, device: str = "cpu", progress: bool = True, side: str = "document",
-                  drift: list | None = None) -> Path:
+                  drift: list | None = None, allow_zero_rows: bool = False, allow_duplicate_ids: bool = False) -> Path:
     """Compress one row range (``part``, ``"<i>of<N>"``; None: every row) of each vector set of
-    ``input`` into float32 spool files ``part_dir/set<j>.h5``, each recording its rows and the
-    per-coordinate min and max of its compressed rows (what SQ8 ranges are made of). The folder
+    ``input`` into float32 spool files ``part_dir/set<j>.h5``, each recording its rows, the options
+    that let rows through (:func:`allowed`) and the per-coordinate min and max of its compressed
+    rows (what SQ8 ranges are made of). The whole input is checked first (:func:`check_input`: the
+    ids of every row, not only this range's), the range's rows as they are read. The folder
     appears when complete."""
     method = _method(model, device)
     sets = open_sets(input, group, id_column, vector_column)
-    check_dims(method, sets, model)
+    check_input(method, sets, model, allow_duplicate_ids)
     weights = provenance(method, side)["weights_sha256"]
     part_dir = Path(part_dir)
     tmp = part_dir.with_name(part_dir.name + ".tmp")
@@ -60,13 +70,14 @@ def compress_part(model, input: str | Path, part_dir: str | Path, part: str | No
                 hi = np.full(method.k, -np.inf, dtype=np.float32)
                 with VectorWriter(tmp / SPOOL_SET.format(j), b - a, method.k) as w:
                     monitor = _monitor(method, side, drift, vf)
-                    for ids, y in compressed_chunks(method, vf, a, b, rows, bar, side, monitor):
+                    for ids, y in compressed_chunks(method, vf, a, b, rows, bar, side, monitor, allow_zero_rows):
                         w.write(ids, y)
                         if len(y):
                             np.minimum(lo, y.min(axis=0), out=lo)
                             np.maximum(hi, y.max(axis=0), out=hi)
                 records.write_compress_part(tmp / (SPOOL_SET.format(j) + ".json"), part=part, start=a, stop=b, n=vf.n,
                                             group=vf.group, weights_sha256=weights,
+                                            allowed=allowed(allow_zero_rows, allow_duplicate_ids),
                                             vmin=_floats(lo) if b > a else None, vmax=_floats(hi) if b > a else None)
         shutil.rmtree(part_dir, ignore_errors=True)
         tmp.replace(part_dir)
@@ -98,12 +109,16 @@ def _part_meta(part_dir: Path, j: int) -> dict:
 
 def gather(model, input: str | Path, parts: Sequence[str | Path], output: str | Path, encoding: str = "float32",
            *, group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
-           device: str = "cpu", progress: bool = True, side: str = "document") -> Path:
+           device: str = "cpu", progress: bool = True, side: str = "document", allow_zero_rows: bool = False,
+           allow_duplicate_ids: bool = False) -> Path:
     """Write the parts of ``input`` (:func:`compress_part`, in row order) to ``output`` as
-    ``dive-compress`` writes it: int8 ranges from the whole input (every part's min and max)."""
+    ``dive-compress`` writes it: int8 ranges from the whole input (every part's min and max). The
+    parts checked the input's rows and ids; each must have let through what this gather allows
+    (``allow_*``, recorded in the output), no more and no less."""
     method = _method(model, device)
     sets = open_sets(input, group, id_column, vector_column)
-    check_dims(method, sets, model)
+    check_input(method, sets, model, ids=False)  # the parts checked every id and row
+    allow = allowed(allow_zero_rows, allow_duplicate_ids)
     output = Path(output)
     _check_output(output, sets)
     prov = provenance(method, side)
@@ -117,6 +132,9 @@ def gather(model, input: str | Path, parts: Sequence[str | Path], output: str | 
             if m["weights_sha256"] != prov["weights_sha256"] or m["n"] != vf.n or m["start"] != pos:
                 raise CompressError(f"{p}: a part of another compressor or input, or out of order (rows "
                                     f"{m['start']}..{m['stop']} of {m['n']}, expected from row {pos} of {vf.n})")
+            if m["allowed"] != allow:
+                raise CompressError(f"{p}: a part that let through {m['allowed'] or 'nothing'} on purpose, but this "
+                                    f"gather allows {allow or 'nothing'}: compress the parts again with its options")
             pos = m["stop"]
         if pos != vf.n:
             raise CompressError(f"{parts[-1] if parts else input}: the parts end at row {pos} of {vf.n}")
@@ -128,7 +146,7 @@ def gather(model, input: str | Path, parts: Sequence[str | Path], output: str | 
             vmax = np.max(np.asarray(maxs, np.float32), axis=0) if maxs else np.zeros(method.k, np.float32)
             ranges = sq8_ranges(vmin, vmax)
             sq8 = (_floats(ranges[0]), _floats(ranges[1]))
-        rec = records.compressed(prov, vf, encoding, sq8)
+        rec = records.compressed(prov, vf, encoding, sq8, allow)
         files = [open_vectors(p / SPOOL_SET.format(j)) for p in parts]
         blocks = chain.from_iterable(f.chunks(write_rows(method.k)) for f in files)
         out_sets.append(OutSet(vf.group, vf.n, method.k, blocks, rec, ranges))
@@ -148,30 +166,36 @@ def _counted(blocks, bar):
 def compress_file(model, input: str | Path, output: str | Path, encoding: str = "float32", *,
                   group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
                   rows: int | None = None, device: str = "cpu", progress: bool = True, side: str = "document",
-                  drift: list | None = None) -> Path:
+                  drift: list | None = None, allow_zero_rows: bool = False, allow_duplicate_ids: bool = False) -> Path:
     """Compress every row of ``input`` into ``output`` (what ``dive-compress`` does), by the map of
     ``side``: ``document`` (a corpus: the default) or ``query`` (an asymmetric compressor's query map).
     ``drift``: a list that receives ``(input set, drift report)`` per set, for a compressor whose
-    record holds fit statistics (:mod:`dive_core.compress.drift`), on the document side."""
+    record holds fit statistics (:mod:`dive_core.compress.drift`), on the document side. The input
+    is checked as :func:`compress_part` checks it (ids first, rows as they are read), and nothing is
+    written when it fails; ``allow_zero_rows`` / ``allow_duplicate_ids`` let such rows through on
+    purpose, and the output's record says so."""
     method = _method(model, device)
     sets = open_sets(input, group, id_column, vector_column)
-    check_dims(method, sets, model)
     output = Path(output)
     _check_output(output, sets)
     if encoding not in ENCODINGS:
         raise CompressError(f"encoding {encoding!r}: expected one of {ENCODINGS}")
+    allow = dict(allow_zero_rows=allow_zero_rows, allow_duplicate_ids=allow_duplicate_ids)
     if encoding == "int8":  # pass 1: compressed float32 rows and their ranges, spooled beside the output
         output.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.spool.") as spool:
             part = compress_part(method, input, Path(spool) / "all", None, group=group, id_column=id_column,
-                                 vector_column=vector_column, rows=rows, progress=progress, side=side, drift=drift)
+                                 vector_column=vector_column, rows=rows, progress=progress, side=side, drift=drift,
+                                 **allow)
             return gather(method, input, [part], output, encoding, group=group, id_column=id_column,
-                          vector_column=vector_column, progress=progress, side=side)
+                          vector_column=vector_column, progress=progress, side=side, **allow)
+    check_input(method, sets, model, allow_duplicate_ids)
     prov = provenance(method, side)
     with _bar(sum(vf.n for vf in sets), "compress", progress) as bar:
         out_sets = [OutSet(vf.group, vf.n, method.k,
                            rechunk(compressed_chunks(method, vf, 0, vf.n, rows, bar, side,
-                                                     _monitor(method, side, drift, vf)), write_rows(method.k)),
-                           records.compressed(prov, vf, encoding))
+                                                     _monitor(method, side, drift, vf), allow_zero_rows),
+                                   write_rows(method.k)),
+                           records.compressed(prov, vf, encoding, allowed=allowed(**allow)))
                     for vf in sets]
         return write_output(output, out_sets, encoding, id_column)

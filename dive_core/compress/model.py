@@ -9,23 +9,27 @@ from .errors import CompressError
 
 
 def load_model(path: str | Path, device: str = "cpu"):
-    """The compressor in ``path``: a workflow checkpoint file, or an exported folder."""
+    """The compressor in ``path``: a workflow checkpoint file, or an exported folder. It remembers
+    ``path`` as its ``source``, which refusals name."""
     p = Path(path)
     if p.is_dir():
         from ..export import load_compressor
 
         try:
-            return load_compressor(p, device)
+            method = load_compressor(p, device)
         except (FileNotFoundError, ValueError) as exc:
             raise CompressError(f"{p}: not a usable compressor folder: {exc}") from None
-    if p.is_file():
+    elif p.is_file():
         from ..methods import Method
 
         try:
-            return Method.load(p, device)
+            method = Method.load(p, device)
         except ValueError as exc:  # records.RecordError names the file
             raise CompressError(str(exc)) from None
-    raise CompressError(f"{p}: no such compressor (expected a workflow checkpoint model.pt or an exported folder)")
+    else:
+        raise CompressError(f"{p}: no such compressor (expected a workflow checkpoint model.pt or an exported folder)")
+    method.source = str(path)
+    return method
 
 
 def _method(model, device: str = "cpu"):

@@ -7,6 +7,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..vector_checks import bad_rows, where
 from ..vectors import CHUNK_ROWS, VectorFile
 from .errors import CompressError
 
@@ -58,23 +59,20 @@ def compress_rows(method, x: np.ndarray, side: str = "document") -> np.ndarray:
     return out[:m]
 
 
-def _finite(vf: VectorFile, ids: Sequence[str], x: np.ndarray, start: int) -> None:
-    ok = np.isfinite(x).all(axis=1)
-    if not ok.all():
-        bad = int(np.flatnonzero(~ok)[0])
-        where = f"{vf.path}" + (f" ({vf.group})" if vf.group else "")
-        raise CompressError(f"{where}: row {start + bad} (id {ids[bad]!r}) holds NaN or Inf")
-
-
 def compressed_chunks(method, vf: VectorFile, start: int = 0, stop: int | None = None, rows: int | None = None,
-                      bar=None, side: str = "document", monitor=None) -> Iterator[tuple[list[str], np.ndarray]]:
+                      bar=None, side: str = "document", monitor=None,
+                      allow_zero_rows: bool = False) -> Iterator[tuple[list[str], np.ndarray]]:
     """``(ids, compressed float32 rows)`` of rows ``[start, stop)`` of ``vf``, chunk by chunk, by
     the map of ``side`` (documents or queries); each chunk's input rows and codes go to
-    ``monitor.update`` (a :class:`~dive_core.compress.drift.DriftMonitor`) when given."""
+    ``monitor.update`` (a :class:`~dive_core.compress.drift.DriftMonitor`) when given. A row with NaN
+    or Inf, or (unless ``allow_zero_rows``) only zeros, is refused before its chunk is compressed
+    (:func:`dive_core.vector_checks.bad_rows`), naming file, row and id."""
     stop = vf.n if stop is None else stop
     pos = start
     for ids, x in vf.chunks(rows or chunk_rows(method), start=start, stop=stop):
-        _finite(vf, ids, x, pos)
+        bad = bad_rows(where(vf), ids, x, pos, allow_zero_rows=allow_zero_rows)
+        if bad:
+            raise CompressError(str(bad[0]))
         raw = x.copy() if monitor is not None else None  # compress_rows may normalise x in place
         y = compress_rows(method, x, side)
         if monitor is not None:
