@@ -56,7 +56,7 @@ class BadRow:
                 "zero": "is all zeros: it has no direction to normalise",
                 "duplicate": f"repeats the id of row {self.detail}"}[self.kind]
         if options and self.kind in ALLOW:
-            what += f" ({option(self.kind)} lets such rows through)"
+            what += f" ({option(self.kind)}, a compress: entry's {ALLOW[self.kind]}: true, lets such rows through)"
         return f"row {self.row} (id {self.id!r}) {what}"
 
     def __str__(self) -> str:

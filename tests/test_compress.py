@@ -279,11 +279,12 @@ def spoil(case: str, ids: list, x: np.ndarray) -> tuple[list, np.ndarray, str]:
     ids, x = list(ids), x.copy()
     if case == "duplicated id":
         ids[200] = ids[57]
-        return ids, x, f"row 200 (id {ids[57]!r}) repeats the id of row 57 (--allow-duplicate-ids lets such rows through)"
+        return ids, x, (f"row 200 (id {ids[57]!r}) repeats the id of row 57 (--allow-duplicate-ids, a compress: "
+                        "entry's allow_duplicate_ids: true, lets such rows through)")
     if case == "all-zero row":
         x[123] = 0.0
         return ids, x, (f"row 123 (id {ids[123]!r}) is all zeros: it has no direction to normalise "
-                        "(--allow-zero-rows lets such rows through)")
+                        "(--allow-zero-rows, a compress: entry's allow_zero_rows: true, lets such rows through)")
     if case in ("NaN", "Inf"):
         row = 42 if case == "NaN" else 250
         x[row, 3] = np.nan if case == "NaN" else -np.inf
