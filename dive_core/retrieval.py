@@ -26,6 +26,8 @@ from typing import Collection, Sequence
 
 import numpy as np
 
+from .sparse import SparseCorpus, is_sparse
+
 ENCODINGS = ("float32", "float16", "sq8", "binary", "binary_rescore")
 RESCORE_OVERSAMPLE = 4  # candidates re-ranked per result slot (sentence-transformers' default multiplier)
 
@@ -125,12 +127,23 @@ TIE_MARGIN = 8  # candidates beyond k that TorchCorpus re-orders by (score, row)
 def search_index(docs: np.ndarray, use_gpu: bool | str = "auto", encoding: str = "float32"):
     """What :func:`search` searches: a FAISS GPU index when asked for and present; for exact
     float32 search a :class:`TorchCorpus` on a CUDA device when a GPU is asked for and FAISS has
-    none, otherwise a :class:`FlatCorpus` (no second copy); otherwise :func:`build_index`."""
+    none, otherwise a :class:`FlatCorpus` (no second copy); otherwise :func:`build_index`. A
+    ``scipy.sparse`` corpus (k-sparse codes) is searched exactly on the CPU by
+    :class:`dive_core.sparse.SparseCorpus`."""
+    if is_sparse(docs):
+        if encoding != "float32":
+            raise ValueError(f"sparse codes are searched as they are (encoding float32), not as {encoding!r}")
+        return SparseCorpus(docs)
     if encoding == "float32" and not _gpu_wanted(use_gpu):
         if use_gpu and _torch_cuda():
             return TorchCorpus(docs)
         return FlatCorpus(docs)
     return build_index(docs, use_gpu, encoding)
+
+
+def query_rows(queries):
+    """Query rows as an index reads them: float32 C-contiguous, or a ``scipy.sparse`` matrix as it is."""
+    return queries if is_sparse(queries) else np.ascontiguousarray(queries, dtype=np.float32)
 
 
 def _torch_cuda() -> bool:
@@ -165,7 +178,7 @@ RESCORE_GATHER_BYTES = 64 << 20  # float32 candidate vectors gathered at once wh
 def index_search(index, encoding: str, queries: np.ndarray, k: int, docs: np.ndarray | None = None,
                  oversample: int = RESCORE_OVERSAMPLE) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, rows)`` of the top ``k`` per query, best first (higher score = better)."""
-    q = np.ascontiguousarray(queries, dtype=np.float32)
+    q = query_rows(queries)
     if encoding not in ("binary", "binary_rescore"):
         return index.search(q, k)
     n = index.ntotal
@@ -212,7 +225,7 @@ def search(
     drop_all = exclude_self is True
     drop = set() if isinstance(exclude_self, bool) else set(exclude_self)
     k = min(len(doc_ids), top_k + (1 if (drop_all or drop) else 0))
-    q = np.ascontiguousarray(queries, dtype=np.float32)
+    q = query_rows(queries)
     run: dict[str, dict[str, float]] = {}
     for start in range(0, len(query_ids), batch_size):
         scores, idx = index_search(index, encoding, q[start:start + batch_size], k, docs)
