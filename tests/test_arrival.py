@@ -18,7 +18,7 @@ from dive_core import plan, records, splits
 from dive_core import triplets as T
 from dive_core.data import BeirDataset
 from dive_core.embeddings import Embeddings
-from dive_core.methods import discover, new_method
+from dive_core.methods import SPECS, discover, new_method
 from dive_core.training import TrainLog, fit_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,7 +215,7 @@ def test_no_arriving_document_reaches_any_fit(world, tmp_path, monkeypatch):
     for type_name in types:
         supervised = types[type_name].supervised
         data = fit_data(emb, train, tsv if supervised else None, doc_ids=known)
-        k = emb.dim if type_name == "frozen" else 8
+        k = SPECS[type_name].dimension(emb.dim, 8, hp.get(type_name, {}))  # frozen: d; csr: its H latents
         new_method(type_name, emb.dim, k, hp.get(type_name, {}), 2027).fit(data, TrainLog(), progress=False)
     assert set(seen) == set(types)
     for type_name, (docs, queries, t_p, t_n, t_q) in seen.items():

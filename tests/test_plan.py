@@ -86,7 +86,7 @@ def test_the_implementations_take_their_metadata_from_the_specs():
     assert sorted(METHODS) == sorted(SPECS)
     for t, cls in METHODS.items():
         assert (cls.supervised, cls.hyperparameters) == (SPECS[t].supervised, SPECS[t].hyperparameters), t
-    assert [t for t, s in SPECS.items() if not s.supervised] == ["frozen", "truncate", "pca", "autoencoder"]
+    assert [t for t, s in SPECS.items() if not s.supervised] == ["frozen", "truncate", "pca", "autoencoder", "csr_free"]
 
 
 def test_triplet_cap_per_dataset():

@@ -81,6 +81,9 @@ class Method:
     supervised: ClassVar[bool] = False
     #: True when queries and documents go through different maps (``transform_query`` overridden)
     asymmetric: ClassVar[bool] = False
+    #: True when :meth:`compress` returns k-sparse rows (csr): evaluation searches them as sparse
+    #: matrices (:mod:`dive_core.sparse`)
+    sparse_codes: ClassVar[bool] = False
 
     def __init__(self, d: int, k: int, hparams: Mapping[str, Any] | None = None, seed: int = 0,
                  device: str = "cpu", precision: str = "fp32"):

@@ -76,11 +76,12 @@ def as_bool(method: str, hp: Mapping[str, Any], key: str) -> bool:
     return v
 
 
-def check_shared(method: str, hp: Mapping[str, Any]) -> None:
-    """The shared training keys: lr > 0, weight_decay >= 0, epochs/batch_size/hidden >= 1."""
+def check_shared(method: str, hp: Mapping[str, Any],
+                 ints: tuple[str, ...] = ("epochs", "batch_size", "hidden")) -> None:
+    """The shared training keys: lr > 0, weight_decay >= 0, ``ints`` (epochs/batch_size/hidden) >= 1."""
     as_float(method, hp, "lr", positive=True)
     as_float(method, hp, "weight_decay")
-    for key in ("epochs", "batch_size", "hidden"):
+    for key in ints:
         as_int(method, hp, key)
 
 
@@ -188,6 +189,33 @@ def _query_side_known(d: int, k: int, hp: Mapping[str, Any]) -> None:
     as_float("query_side_known", hp, "offset_anchor")
 
 
+# CSR (dive_core/methods/csr.py): no MLP, so no `hidden`; its width is expansion x d
+CSR_SHARED = ("lr", "epochs", "batch_size", "weight_decay")
+CSR_FREE = ("expansion", "topk", "k_aux", "dead_threshold", "beta", *CSR_SHARED)
+
+
+def csr_width(d: int, hp: Mapping[str, Any], method: str = "csr") -> int:
+    """CSR's output dimension H = expansion x d: the latents of its k-sparse code."""
+    return as_int(method, hp, "expansion") * int(d)
+
+
+def _csr_free(d: int, k: int, hp: Mapping[str, Any], method: str = "csr_free") -> None:
+    check_shared(method, hp, ints=("epochs", "batch_size"))
+    width = csr_width(d, hp, method)
+    topk = as_int(method, hp, "topk")
+    if 4 * topk > width:  # the loss reconstructs from the top 4k latents as well
+        raise _fail(method, "topk", topk, f"at most H/4 = {width // 4} (H = expansion x d = {width}: the loss "
+                                          "also reconstructs from the top 4 x topk latents)")
+    as_int(method, hp, "k_aux", minimum=0)
+    as_int(method, hp, "dead_threshold", minimum=0)
+    as_float(method, hp, "beta")
+
+
+def _csr(d: int, k: int, hp: Mapping[str, Any]) -> None:
+    _csr_free(d, k, hp, "csr")
+    as_float("csr", hp, "gamma")
+
+
 # --------------------------------------------------------------------------- the specs
 @dataclass(frozen=True)
 class MethodSpec:
@@ -200,10 +228,29 @@ class MethodSpec:
     #: False for a method whose ``fit`` reads nothing (frozen, truncate): the arrival study shares
     #: its runs with every other study instead of refitting it on known documents.
     fitted: bool = True
+    #: ``output_dim(d, hp)``: the output dimension of a type whose hyperparameters fix it, whatever
+    #: dimension an experiment asks for (csr: its H = expansion x d latents, which may exceed d);
+    #: None: the experiment's k, with ``1 <= k <= d``.
+    output_dim: Callable[[int, Mapping[str, Any]], int] | None = None
+
+    def dimension(self, d: int, k: int, hp: Mapping[str, Any]) -> int:
+        """The output dimension of a method of this type on ``d``-dimensional embeddings when ``k``
+        is asked for: ``d`` for an uncompressed type (frozen), :attr:`output_dim` where the type
+        fixes it, else ``k``."""
+        if self.type in UNCOMPRESSED_TYPES:
+            return int(d)
+        return int(k) if self.output_dim is None else int(self.output_dim(d, hp))
 
     def validate(self, d: int, k: int, hp: Mapping[str, Any]) -> None:
-        """What every method of this type must satisfy before anything is built: ``1 <= k <= d``,
-        then :attr:`check` (used by ``Method.__init__`` and by the plan's checks alike)."""
+        """What every method of this type must satisfy before anything is built: ``1 <= k <= d``
+        (``k`` = :attr:`output_dim` for a type that fixes it), then :attr:`check` (used by
+        ``Method.__init__`` and by the plan's checks alike)."""
+        if self.output_dim is not None:
+            self.check(d, k, hp)
+            if k != self.output_dim(d, hp):
+                raise ValueError(f"method {self.type!r}: output dimension k={k} must be its own, "
+                                 f"{self.output_dim(d, hp)} at d={d} (from its hyperparameters)")
+            return
         if not 1 <= k <= d:
             raise ValueError(f"method {self.type!r}: output dimension k={k} must be in [1, d={d}]")
         self.check(d, k, hp)
@@ -228,6 +275,8 @@ SPECS: dict[str, MethodSpec] = {s.type: s for s in (
                                     "doc_epochs", *SHARED), _query_side),
     MethodSpec("query_side_known", True, ("doc_map", "query_map", "loss", "anchor", "margin", "tau", "gamma_geo",
                                           "doc_lr", "doc_epochs", "offset_anchor", *SHARED), _query_side_known),
+    MethodSpec("csr", True, (*CSR_FREE[:5], "gamma", *CSR_SHARED), _csr, output_dim=csr_width),
+    MethodSpec("csr_free", False, CSR_FREE, _csr_free, output_dim=lambda d, hp: csr_width(d, hp, "csr_free")),
 )}
 
 

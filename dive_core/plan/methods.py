@@ -26,10 +26,17 @@ def method_type(config: Mapping, method: str) -> str:
 
 def method_k(config: Mapping, backbone: str, method: str, which: str = "primary") -> int:
     """Output dimension of ``method`` at the ``which`` ("primary"/"secondary") dimension of
-    ``backbone``; uncompressed methods (frozen) always have the backbone's full dimension."""
+    ``backbone``; uncompressed methods (frozen) always have the backbone's full dimension, and a
+    type whose hyperparameters fix its output dimension (csr: expansion x d) has that one."""
     bb = config["backbones"][backbone]
     if method_type(config, method) in UNCOMPRESSED_TYPES:
         return int(bb["dim"])
+    s = spec(method_type(config, method))
+    if s.output_dim is not None:
+        try:
+            return s.dimension(int(bb["dim"]), 0, method_hparams(config, method))
+        except ValueError as exc:
+            raise ConfigError(f"config: methods.{method}: {exc}") from None
     if which not in bb["dims"]:
         raise ConfigError(f"config: backbones.{backbone}.dims has no {which!r} dimension")
     return int(bb["dims"][which])
