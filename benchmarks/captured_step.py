@@ -45,27 +45,9 @@ import dive_core  # noqa: E402,F401  (MKL's reproducible mode, cuBLAS's workspac
 from dive_core.methods import new_method  # noqa: E402
 from dive_core.methods.dive import DIVE  # noqa: E402
 from dive_core.training import FitData, TrainLog  # noqa: E402
+from benchmarks.device_check import matmul_gflops, sync  # noqa: E402  (the same roofline as device_check)
 
 DOCS, QUERIES = 5183, 809  # SciFact's corpus and training queries
-
-
-def sync(device: str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-def matmul_gflops(device: str, n: int, repeats: int = 7) -> float:
-    g = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(n, n, generator=g).to(device) for _ in range(2))
-    times = []
-    for i in range(repeats + 2):
-        sync(device)
-        t0 = time.perf_counter()
-        a @ b
-        sync(device)
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    return 2 * n**3 / statistics.median(times) / 1e9
 
 
 def generated(d: int, triplets: int, device: str) -> FitData:
@@ -171,7 +153,7 @@ def main(argv=None) -> int:
     except Exception:  # noqa: BLE001 - a label only
         pass
     print(json.dumps(head), flush=True)
-    mm = matmul_gflops(dev, a.matmul_size)
+    mm = matmul_gflops(dev, a.matmul_size, torch.float32)
     out = {"header": head, "matmul_gflops_fp32": mm, "shapes": {}}
     print(f"fp32 matrix product {a.matmul_size}^3: {mm:.1f} GFLOP/s", flush=True)
     modes = [False, True] if cuda else [False]
