@@ -86,7 +86,7 @@ def step_flops(d: int, k: int, data: FitData, batch: int, device: str, steps: in
     opt = torch.optim.AdamW(m.net.parameters(), lr=2e-4, weight_decay=0.01, fused=True)
     with FlopCounterMode(display=False) as fc:
         for s in range(steps):
-            out = m.batch_loss(data, torch.arange(s * batch, (s + 1) * batch, device=device))
+            out = m.batch_loss(data, torch.arange(s * batch, (s + 1) * batch, device=device) % data.n_triplets)
             opt.zero_grad(set_to_none=True)
             out["loss"].backward()
             opt.step()
