@@ -642,8 +642,17 @@ def test_slurm_profile_plans_the_same_jobs(tmp_path):
     # mem_mb/runtime come from the rule (<TBD> until the inputs exist); no cpus_per_task beyond the threads
     assert re.search(r"rule embed:.*?resources: [^\n]*mem_mb=<TBD>[^\n]*gpu=1", text, re.S)
     assert not re.search(r"resources: [^\n]*cpus_per_task", text)
-    for rule in ("train", "evaluate", "efficiency"):  # every FAISS/torch step reserves the GPU it may use
-        assert re.search(rf"rule {rule}:.*?resources: [^\n]*gpu=1", text, re.S), rule
+    # every torch step reserves the GPU it may use: trainings and evaluations a share of one GPU (SLURM
+    # gres gpu:1), the efficiency timings a whole GPU where FAISS has one and none with faiss-cpu
+    from dive_core import retrieval
+
+    def resources(rule):
+        return re.search(rf"rule {rule}:\n(?:[^\n]+\n)*?\s+resources: ([^\n]*)", text).group(1)
+
+    for rule in ("train", "evaluate"):
+        assert re.search(r"\bgpu=0\b.*\bgpu_share=1\b.*\bgres=gpu:1\b", resources(rule)), (rule, resources(rule))
+    want = "gpu=1" if retrieval.faiss_gpus() else "gpu=0"
+    assert re.search(rf"\b{want}\b", resources("efficiency")), resources("efficiency")
     # a CPU-only cluster: no GPU anywhere, however the switch is spelled on the command line
     for switch in ("gpu=0", "gpu={embed: 0, train: 0, evaluate: 0, efficiency: 0, triplets: 0}"):
         out = snakemake(work, "--profile", str(profile), "--config", switch, "-n")
