@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -143,15 +142,12 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     dev = a.device
     cuda = torch.device(dev).type == "cuda"
+    from dive_core.efficiency import cpu_model
+
+    # the deterministic mode is set by each fit (new_method -> set_seed), so it is not read here
     head = {"device": dev, "gpu": torch.cuda.get_device_name(0) if cuda else None, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "cpu": platform.processor() or platform.machine(),
-            "threads": torch.get_num_threads(), "mkl_cbwr": os.environ.get("MKL_CBWR"),
-            "deterministic": torch.are_deterministic_algorithms_enabled()}
-    try:
-        from dive_core import provenance
-        head["cpu"] = provenance.cpu_model() if hasattr(provenance, "cpu_model") else head["cpu"]
-    except Exception:  # noqa: BLE001 - a label only
-        pass
+            "cuda": torch.version.cuda, "cpu": cpu_model(), "threads": torch.get_num_threads(),
+            "mkl_cbwr": os.environ.get("MKL_CBWR")}
     print(json.dumps(head), flush=True)
     mm = matmul_gflops(dev, a.matmul_size, torch.float32)
     out = {"header": head, "matmul_gflops_fp32": mm, "shapes": {}}

@@ -35,7 +35,9 @@ from .retrieval import build_index, bytes_per_vector
 def faiss_info() -> dict:
     import faiss
 
-    gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    from .retrieval import faiss_gpus
+
+    gpus = faiss_gpus()
     return {"faiss_version": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads(),
             "device": "gpu" if gpus > 0 else "cpu", "cpu": cpu_model(), "cpu_count": os.cpu_count()}
 

@@ -94,7 +94,7 @@ def _data(d=48, n_docs=300, n_q=60, n_trip=500, seed=0):
 DIVE_HP = configured("dive")
 
 
-def _fit(type_name, hp, graph: bool, monkeypatch=None):
+def _fit(type_name, hp, graph: bool):
     m = new_method(type_name, 48, 8, hp, 2027)
     if not graph:
         type(m).graph_capturable = lambda self: False
