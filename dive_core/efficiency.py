@@ -30,6 +30,7 @@ import numpy as np
 
 from .provenance import cpu_model
 from .retrieval import build_index, bytes_per_vector
+from .sparse import SparseCorpus, code_bytes, sparse_rows
 
 
 def faiss_info() -> dict:
@@ -73,12 +74,19 @@ def memory_bandwidth(megabytes: int = 1024, repeats: int = 5) -> dict:
 
 
 def time_index(docs: np.ndarray, queries: np.ndarray, k: int = 10, n_single: int = 300, repeats: int = 5,
-               use_gpu: bool | str = "auto", warmup: int = 20) -> dict:
+               use_gpu: bool | str = "auto", warmup: int = 20, active: int | None = None) -> dict:
     """Latency and throughput of a flat inner-product index over ``docs`` (see the module
-    docstring). ``queries``: the evaluated queries, cycled for the single-query searches."""
-    index = build_index(docs, use_gpu)
-    q = np.ascontiguousarray(queries, dtype=np.float32)
-    singles = [q[i % len(q)][None, :] for i in range(n_single)]
+    docstring). ``queries``: the evaluated queries, cycled for the single-query searches.
+    ``active``: ``docs`` are k-sparse codes (csr), searched exactly over their stored form
+    (fp16 values) by :class:`dive_core.sparse.SparseCorpus` on one thread, a query's scores
+    computed over the latents it shares with each document."""
+    if active is None:
+        index = build_index(docs, use_gpu)
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        singles = [q[i % len(q)][None, :] for i in range(n_single)]
+    else:
+        index, q = SparseCorpus(sparse_rows(docs, "float16")), sparse_rows(queries)
+        singles = [q[i % q.shape[0]] for i in range(n_single)]  # one-row sparse matrices
     med, p99, qps = [], [], []
     for _ in range(repeats):
         for x in singles[:warmup]:
@@ -90,25 +98,28 @@ def time_index(docs: np.ndarray, queries: np.ndarray, k: int = 10, n_single: int
             lat.append((time.perf_counter() - t0) * 1e3)
         med.append(float(np.median(lat)))
         p99.append(float(np.percentile(lat, 99)))
-        index.search(q[: min(len(q), 32)], k)  # warm-up of the batched path
+        index.search(q[: min(q.shape[0], 32)], k)  # warm-up of the batched path
         t0 = time.perf_counter()
         index.search(q, k)
-        qps.append(len(q) / (time.perf_counter() - t0))
+        qps.append(q.shape[0] / (time.perf_counter() - t0))
     return {"latency_ms_median": statistics.median(med), "latency_ms_p99": statistics.median(p99),
-            "throughput_qps": statistics.median(qps), "n_single": n_single, "batch_queries": int(len(q)),
+            "throughput_qps": statistics.median(qps), "n_single": n_single, "batch_queries": int(q.shape[0]),
             "repeats": repeats, "k": k}
 
 
-def measure(entries: Sequence[tuple[str, int, np.ndarray, np.ndarray]], bandwidth_gb_s: float,
-            **timing) -> list[dict]:
-    """One row per ``(method, dim, docs, queries)`` with bytes, timings, the bandwidth bound and
-    the ratios to the first entry (the full dimension)."""
+def measure(entries: Sequence[tuple], bandwidth_gb_s: float, **timing) -> list[dict]:
+    """One row per ``(method, dim, docs, queries[, active])`` with bytes, timings, the bandwidth
+    bound and the ratios to the first entry (the full dimension). ``active``: the number of
+    non-zeros of a k-sparse code (csr), stored as (index, fp16 value) pairs
+    (:func:`dive_core.sparse.code_bytes`) and searched by :class:`~dive_core.sparse.SparseCorpus`;
+    None or absent: a float32 FAISS flat index."""
     rows = []
-    for method, dim, docs, queries in entries:
+    for method, dim, docs, queries, *rest in entries:
+        active = rest[0] if rest else None
         n, d = docs.shape
-        bpv = bytes_per_vector("float32", d)
-        row = {"method": method, "dim": int(dim), "n_docs": int(n), "bytes_per_vector": bpv,
-               "index_bytes": int(n) * bpv, **time_index(docs, queries, **timing)}
+        bpv = bytes_per_vector("float32", d) if active is None else code_bytes(active, d)
+        row = {"method": method, "dim": int(dim), "active": active, "n_docs": int(n), "bytes_per_vector": bpv,
+               "index_bytes": int(n) * bpv, **time_index(docs, queries, active=active, **timing)}
         row["lower_bound_ms"] = row["index_bytes"] / (bandwidth_gb_s * 1e9) * 1e3
         row["latency_ratio_to_bound"] = row["latency_ms_median"] / row["lower_bound_ms"]
         # an index that fits in the caches is read faster than DRAM streams: the same-size read
@@ -156,16 +167,22 @@ def compressed_test_vectors(embeddings_path, splits_path, runs, checkpoints):
 
 
 def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, doc_ids, manifest, stage: str,
-                  top_k: int = 100, encodings: Sequence[str] | None = None) -> list[dict]:
+                  top_k: int = 100, encodings: Sequence[str] | None = None, active: int | None = None) -> list[dict]:
     """Held-out quality of one method's compressed vectors under every encoding of
-    :mod:`dive_core.retrieval`, through the project's evaluation path."""
+    :mod:`dive_core.retrieval`, through the project's evaluation path. ``active``: the vectors are
+    k-sparse codes of that many non-zeros (csr), with one encoding, their stored form
+    (:data:`dive_core.sparse.SPARSE_ENCODING`: (index, fp16 value) pairs, searched exactly)."""
     from .evaluation import evaluate_vectors
     from .retrieval import ENCODINGS, RESCORE_OVERSAMPLE
+    from .sparse import SPARSE_ENCODING, code_bytes, sparse_rows
 
+    if active is not None:
+        docs, queries, encodings = sparse_rows(docs, "float16"), sparse_rows(queries), (SPARSE_ENCODING,)
     rows = []
     for enc in encodings or ENCODINGS:
         _, summary = evaluate_vectors(docs, doc_ids, queries, manifest, stage, top_k, use_gpu=False, encoding=enc)
-        rows.append({"method": method, "dim": int(k), "encoding": enc, "bytes_per_vector": bytes_per_vector(enc, k),
+        size = code_bytes(active, k) if enc == SPARSE_ENCODING else bytes_per_vector(enc, k)
+        rows.append({"method": method, "dim": int(k), "active": active, "encoding": enc, "bytes_per_vector": size,
                      "n_queries": summary["n_queries"], **{m: summary["metrics"][m] for m in ("ndcg@10", "recall@10")},
                      "rescore_oversample": RESCORE_OVERSAMPLE if enc == "binary_rescore" else None})
     return rows

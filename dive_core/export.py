@@ -18,6 +18,11 @@
   (:meth:`~dive_core.methods.base.Method.layers`, :mod:`dive_core.layers`); a method whose map no
   such layers express (``query_side_known``'s document side, a lookup of fitted documents' codes)
   gets the compressor folder alone, and the model card says why.
+* for a k-sparse compressor (csr) on a sentence-transformers backbone: ``OUT_DIR`` is a
+  sentence-transformers ``SparseEncoder`` folder instead - the backbone's modules, ``Normalize``,
+  the trained ``SparseAutoEncoder`` (the library's own module, the one the method trains) and
+  ``Normalize`` - so ``SparseEncoder(OUT_DIR).encode(texts)`` returns the workflow's codes as
+  sparse tensors (:func:`sparse_encoder_modules`).
 * ``OUT_DIR/README.md``: a model card written from the run's result JSON (``eval.json`` next to
   the checkpoint, when present): dataset, backbone, method, k, held-out metrics with query counts
   (seen / unseen too), provenance.
@@ -191,6 +196,18 @@ def compressor_modules(method: Method) -> list:
                                       document_modules=map_modules(method, "document"), default_route="document")]
 
 
+def sparse_encoder_modules(method: Method) -> list:
+    """The modules that follow the backbone's in a ``SparseEncoder`` export of a k-sparse method
+    (csr): ``Normalize``, a copy of its trained ``SparseAutoEncoder`` (in inference it keeps the top
+    k latents, as :meth:`~dive_core.methods.csr.CSR.transform`), ``Normalize`` (``Method.compress``
+    normalises its codes)."""
+    import copy
+
+    from sentence_transformers.base.modules import Normalize
+
+    return [Normalize(), copy.deepcopy(method.net).cpu().eval(), Normalize()]
+
+
 def _backbone_model(spec: Mapping[str, Any]):
     from sentence_transformers import SentenceTransformer
 
@@ -272,7 +289,16 @@ def model_card(result: Mapping[str, Any] | None, config: Mapping[str, Any], st_f
             lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
         lines += ["", "`seen`: a relevant document of the query was a training positive; `unseen`: none was.", ""]
     lines += ["## Use", ""]
-    if st_folder:
+    from .methods.specs import SPECS
+
+    active = SPECS[config["type"]].active
+    if st_folder and active is not None:
+        lines += ["```python", "from sentence_transformers import SparseEncoder",
+                  "# sentence-transformers' own modules only (SparseAutoEncoder, Normalize): no custom code runs",
+                  "model = SparseEncoder('path/to/this/folder')",
+                  f"codes = model.encode(['a text'])  # (1, {config['k']}) sparse tensor, {active(config['hparams'])} "
+                  "non-zeros, L2-normalised", "```", ""]
+    elif st_folder:
         asymmetric = method_class(config["type"]).asymmetric
         lines += ["```python", "from sentence_transformers import SentenceTransformer",
                   "# sentence-transformers' own modules only (Dense, Normalize" + (", Router" if asymmetric else "")
@@ -314,7 +340,9 @@ def export(checkpoint: str | Path, out_dir: str | Path, result: Mapping[str, Any
     shutil.rmtree(tmp, ignore_errors=True)
     st_folder = spec.get("family") == "sentence_transformers"
     no_folder = None
-    if st_folder:
+    if st_folder and method.sparse_codes:
+        modules = sparse_encoder_modules(method)
+    elif st_folder:
         try:
             modules = compressor_modules(method)
         except NotImplementedError as exc:
@@ -323,10 +351,12 @@ def export(checkpoint: str | Path, out_dir: str | Path, result: Mapping[str, Any
                   file=sys.stderr)
     if st_folder:
         from sentence_transformers import SentenceTransformer
+        from sentence_transformers.sparse_encoder import SparseEncoder
 
         backbone = _backbone_model(spec)
-        model = SentenceTransformer(modules=[*backbone, *modules], device="cpu", prompts=backbone.prompts,
-                                    default_prompt_name=backbone.default_prompt_name)
+        model = (SparseEncoder if method.sparse_codes else SentenceTransformer)(
+            modules=[*backbone, *modules], device="cpu", prompts=backbone.prompts,
+            default_prompt_name=backbone.default_prompt_name)
         model.save(str(tmp))
     save_compressor(method, tmp / "compressor", provenance)  # the exact record, read by load_compressor
     config = json.loads((tmp / "compressor" / CONFIG).read_text(encoding="utf-8"))
@@ -357,4 +387,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["BeirDenseModel", "CompressorModule", "OldExportError", "check_model_folder", "compressor_modules", "export",
-           "load_compressor", "map_modules", "save_compressor"]
+           "load_compressor", "map_modules", "save_compressor", "sparse_encoder_modules"]

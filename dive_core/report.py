@@ -188,13 +188,15 @@ TRUNCATION = "truncate"  # the backbone's own prefix: for a Matryoshka-trained b
 
 
 def versus_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], baseline: str = TRUNCATION,
-                metric: str = "ndcg@10", types: Sequence[str] | None = None) -> list[dict]:
+                metric: str = "ndcg@10", types: Sequence[str] | None = None, any_k: bool = False,
+                skip: Sequence[str] = ()) -> list[dict]:
     """Every compressed method of each (backbone, dataset, dimension) against ``baseline`` (the
     method of that name, same dimension): mean difference and two-sided paired randomization test
     on per-query scores averaged over seeds, over all queries and (``subsets``) over the ``seen`` and
     the ``unseen`` ones (docs/protocol.md#evaluation: whether a relevant document of the query was a
-    training positive). ``types``: only methods of these ``method_type`` values. Empty when the study
-    has no ``baseline`` runs."""
+    training positive). ``types``: only methods of these ``method_type`` values; ``skip``: not the
+    methods of these names. ``any_k``: the baseline at its own dimension (a study holds each method at
+    one k; csr's k is its latent count, not its bytes). Empty when the study has no ``baseline`` runs."""
     from .evaluation import read_per_query
 
     by: dict[tuple, list[Mapping]] = {}
@@ -202,8 +204,9 @@ def versus_rows(results: Sequence[Mapping], per_query: Mapping[tuple, str], base
         by.setdefault((r.get("backbone", ""), r["dataset"], r["k"], r["method"]), []).append(r)
     out = []
     for (bb, ds, k, me), runs in by.items():
-        base = by.get((bb, ds, k, baseline))
-        if me == baseline or base is None or runs[0]["method_type"] == "frozen" or \
+        base = by.get((bb, ds, k, baseline)) if not any_k else \
+            next((v for (b, d, _, m), v in by.items() if (b, d, m) == (bb, ds, baseline)), None)
+        if me == baseline or me in skip or base is None or runs[0]["method_type"] == "frozen" or \
                 (types is not None and runs[0]["method_type"] not in types) or \
                 any(run_key(r) not in per_query for r in [*runs, *base]):
             continue
@@ -226,11 +229,15 @@ VERSUS_HEADINGS = {  # baseline -> (section title, what is compared, the baselin
 }
 
 
-def versus_markdown(rows: Sequence[Mapping]) -> str:
-    """``versus_rows`` as a section; its title and text are the baseline's (``VERSUS_HEADINGS``)."""
+def versus_markdown(rows: Sequence[Mapping], plain: bool = False) -> str:
+    """``versus_rows`` as a section; its title and text are the baseline's (``VERSUS_HEADINGS``), or
+    with ``plain`` (an experiment's ``versus:``) a plain "against" section."""
     if not rows:
         return ""
-    title, what, column = VERSUS_HEADINGS[rows[0]["baseline"]]
+    name = rows[0]["baseline"]
+    title, what, column = (VERSUS_HEADINGS[name] if not plain else (
+        "Against", f"Each other compressed method of the study against {name} on the same queries (each at its "
+        "own k: see the bytes per stored vector)", name))
     return _section(
         f"{title} ({rows[0]['baseline']})",
         f"{what}; {rows[0]['metric']} per query averaged over seeds, two-sided paired randomization test, 10,000 "

@@ -26,7 +26,7 @@ from typing import Collection, Sequence
 
 import numpy as np
 
-from .sparse import SparseCorpus, is_sparse
+from .sparse import SPARSE_ENCODING, SparseCorpus, is_sparse
 
 ENCODINGS = ("float32", "float16", "sq8", "binary", "binary_rescore")
 RESCORE_OVERSAMPLE = 4  # candidates re-ranked per result slot (sentence-transformers' default multiplier)
@@ -131,8 +131,9 @@ def search_index(docs: np.ndarray, use_gpu: bool | str = "auto", encoding: str =
     ``scipy.sparse`` corpus (k-sparse codes) is searched exactly on the CPU by
     :class:`dive_core.sparse.SparseCorpus`."""
     if is_sparse(docs):
-        if encoding != "float32":
-            raise ValueError(f"sparse codes are searched as they are (encoding float32), not as {encoding!r}")
+        if encoding not in ("float32", SPARSE_ENCODING):
+            raise ValueError(f"sparse codes are searched as they are (encoding {SPARSE_ENCODING!r}), "
+                             f"not as {encoding!r}")
         return SparseCorpus(docs)
     if encoding == "float32" and not _gpu_wanted(use_gpu):
         if use_gpu and _torch_cuda():

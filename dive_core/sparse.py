@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+SPARSE_ENCODING = "sparse"  # the encoding name of a stored k-sparse code: (uint16 index, fp16 value) pairs
 UINT16_LATENTS = 1 << 16  # latents a uint16 index addresses
 VALUE_BYTES = 2  # fp16
 QUERY_BLOCK_BYTES = 64 << 20  # dense score rows materialised at once by SparseCorpus.search
@@ -82,3 +83,76 @@ class SparseCorpus:
 def is_sparse(x) -> bool:
     """Whether ``x`` is a ``scipy.sparse`` matrix (without importing scipy for a numpy array)."""
     return type(x).__module__.startswith("scipy.sparse")
+
+
+# --------------------------------------------------------------------------- code files (dive-compress)
+INDICES_COLUMN, VALUES_COLUMN = "indices", "values"
+CODES_META_KEY = "dive_sparse_codes"
+
+
+def top_pairs(x: np.ndarray, active: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of ``x`` (n, width) as the ``active`` (index, value) pairs a stored code keeps: the
+    columns of its ``active`` largest values in ascending column order (a top-k code's non-zeros;
+    a row with fewer non-zeros keeps some zeros), indices uint16 (uint32 past 65,536 columns) and
+    values fp16, so each row takes :func:`code_bytes` bytes."""
+    x = np.asarray(x, dtype=np.float32)
+    width = x.shape[1]
+    code_bytes(active, width)  # refuses an impossible count
+    idx = np.sort(np.argpartition(-x, active - 1, axis=1)[:, :active], axis=1)
+    vals = np.take_along_axis(x, idx, 1).astype(np.float16)
+    return idx.astype(np.uint16 if width <= UINT16_LATENTS else np.uint32), vals
+
+
+def write_codes(path, blocks, n: int, width: int, active: int, metadata=None, id_column: str = "id"):
+    """Write ``n`` k-sparse codes to the Parquet file ``path`` (under a temporary name, renamed when
+    every row is written): an id column, ``indices`` and ``values`` (fixed-size lists of ``active``
+    uint16 / fp16 each, :func:`top_pairs`), the width in the file's metadata. ``blocks``: ``(ids,
+    dense (m, width) rows)``."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .atomic import atomic_path
+
+    index_type = pa.uint16() if width <= UINT16_LATENTS else pa.uint32()
+    meta = {**{str(k): str(v) for k, v in (metadata or {}).items()},
+            CODES_META_KEY: json.dumps({"width": int(width), "active": int(active), "index": str(index_type),
+                                        "value": "float16", "bytes_per_code": code_bytes(active, width)})}
+    schema = pa.schema([(id_column, pa.string()), (INDICES_COLUMN, pa.list_(index_type, active)),
+                        (VALUES_COLUMN, pa.list_(pa.float16(), active))], metadata=meta)
+    written = 0
+    with atomic_path(path, suffix=".tmp.parquet") as tmp:
+        with pq.ParquetWriter(tmp, schema) as out:
+            for ids, rows in blocks:
+                idx, vals = top_pairs(rows, active)
+                out.write_table(pa.Table.from_arrays([
+                    pa.array(list(ids), pa.string()),
+                    pa.FixedSizeListArray.from_arrays(pa.array(idx.reshape(-1), index_type), active),
+                    pa.FixedSizeListArray.from_arrays(pa.array(vals.reshape(-1), pa.float16()), active)],
+                    schema=schema))
+                written += len(ids)
+        if written != n:
+            raise ValueError(f"{path}: {written} of {n} codes written")
+    return path
+
+
+def read_codes(path, id_column: str = "id"):
+    """``(ids, codes)`` of a file written by :func:`write_codes`: codes as a float32 ``scipy.sparse``
+    CSR matrix (n, width) of the stored fp16 values, ready for :class:`SparseCorpus`."""
+    import json
+
+    import pyarrow.parquet as pq
+    import scipy.sparse as sp
+
+    table = pq.read_table(path)
+    meta = (table.schema.metadata or {}).get(CODES_META_KEY.encode())
+    if meta is None:
+        raise ValueError(f"{path}: not a file of sparse codes (no {CODES_META_KEY} in its metadata)")
+    info = json.loads(meta)
+    n, active = table.num_rows, int(info["active"])
+    idx = table.column(INDICES_COLUMN).combine_chunks().flatten().to_numpy().astype(np.int64)
+    vals = table.column(VALUES_COLUMN).combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(np.float32)
+    codes = sp.csr_matrix((vals, idx, np.arange(0, n * active + 1, active)), shape=(n, int(info["width"])))
+    codes.eliminate_zeros()
+    return table.column(id_column).to_pylist(), codes

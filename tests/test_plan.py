@@ -28,6 +28,7 @@ def test_lr_audit_candidates_at_the_configured_values():
         "mrl": ["mrl-lr1e-04", "mrl", "mrl-lr5e-04"],  # 2e-4 is mrl's own lr: its runs are mrl's
         "search_adaptor": ["search_adaptor-lr1e-04", "search_adaptor", "search_adaptor-lr5e-04"],
         "smec": ["smec-lr1e-06", "smec", "smec-lr1e-05"],
+        "csr": ["csr-lr1e-04", "csr", "csr-lr1e-03"],  # 4e-4 is csr's own lr
     }
     assert cfg["methods"]["smec-lr1e-05"] == {**CONFIG["methods"]["smec"], "lr": 1e-5}
     exp = plan.experiment(cfg, "lr_audit")
@@ -130,7 +131,7 @@ def test_the_audits_reference_is_honoured_everywhere():
     cfg = expanded()
     runs = plan.selection_runs(cfg, "lr_audit")
     assert runs[-1]["method"] == "dive" and plan.selection_reference(cfg, "lr_audit") == "dive"
-    assert {r["stage"] for r in runs} == {"select"} and len(runs) == 10
+    assert {r["stage"] for r in runs} == {"select"} and len(runs) == 13  # 4 audited methods x 3 + DIVE
     cfg = copy.deepcopy(CONFIG)
     cfg["experiments"]["lr_audit"]["reference"] = "autoencoder"
     cfg = plan.expand(cfg)
@@ -149,7 +150,7 @@ def test_runs_of_studies_and_of_the_measurement_studies():
     assert len(main) == 9 * 3 and main[0] == dict(dataset="scifact", backbone="minilm", method="frozen", k=384,
                                                      stage="final", seed=2027)
     assert plan.experiment_runs(cfg, "efficiency") == [] and plan.experiment_runs(cfg, "frontier") == []
-    assert plan.efficiency_runs(cfg, "minilm") == [("frozen", 384), ("dive", 96), ("dive", 64)]
+    assert plan.efficiency_runs(cfg, "minilm") == [("frozen", 384), ("dive", 96), ("dive", 64), ("csr", 1536)]
     assert ("frozen", 384) in plan.frontier_runs(cfg, "minilm") and ("mrl", 96) in plan.frontier_runs(cfg, "minilm")
     assert plan.headline_run(cfg, "scifact", "frozen", 2028)["k"] == 384
     assert plan.experiment_title(cfg, "heads") == "heads: validation queries, backbone minilm, primary dimension"
@@ -221,11 +222,13 @@ def test_paper_config_runs_mpnets_own_audit_heads_and_tuned_studies():
     assert plan.experiment(cfg, "heads")["methods"] == ["dive-h2", "dive", "dive-h6"]  # MiniLM's own
     audit = plan.experiment_runs(cfg, "lr_audit_mpnet")
     assert {r["backbone"] for r in audit} == {"mpnet"} and {r["stage"] for r in audit} == {"select"}
-    assert {r["k"] for r in audit} == {64} and {r["dataset"] for r in audit} == {"scifact", "nfcorpus"}
+    assert {r["k"] for r in audit} == {64, 4 * 768}  # csr's candidates at its own width, 4 x 768 latents
+    assert {r["dataset"] for r in audit} == {"scifact", "nfcorpus"}
     assert [r["method"] for r in plan.selection_runs(cfg, "lr_audit", "mpnet")] == \
         [r["method"] for r in plan.selection_runs(cfg, "lr_audit")]  # the same candidates, each backbone its own runs
     assert {r["backbone"] for r in plan.selection_runs(cfg, "lr_audit")} == {"minilm"}
-    assert {(r["backbone"], r["k"]) for r in plan.selection_runs(cfg, "lr_audit", "mpnet")} == {("mpnet", 64)}
+    assert {(r["backbone"], r["k"]) for r in plan.selection_runs(cfg, "lr_audit", "mpnet")} == {("mpnet", 64),
+                                                                                                ("mpnet", 3072)}
     ks = {(r["method"], r["k"]) for name in ("tuned_mpnet", "tuned_mpnet_secondary")
           for r in plan.experiment_runs(cfg, name)}
     assert ("dive", 64) in ks and ("dive", 128) in ks and ("mrl-tuned", 128) in ks and ("frozen", 768) in ks
@@ -382,7 +385,7 @@ def test_input_functions_turn_wildcards_into_the_artifacts_a_job_reads():
     assert p.table_inputs({"experiment": "efficiency"}) == {
         "results": ["results/efficiency/scifact/minilm.json", "results/efficiency/synthetic.json"]}
     audit = p.table_inputs({"experiment": "lr_audit"})
-    assert audit["selection"] == "results/selection/minilm/lr_audit.json" and len(audit["results"]) == 10
+    assert audit["selection"] == "results/selection/minilm/lr_audit.json" and len(audit["results"]) == 13
     # the select job's params as before the plan object: (name, overrides) tuples (a change reruns it)
     assert p.selection_candidates("lr_audit")["mrl"][0] == ("mrl-lr1e-04", {"lr": 1e-4})
     assert p.headline_eval({"dataset": "scifact", "method": "frozen", "seed": "2028"}) == \

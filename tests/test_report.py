@@ -163,6 +163,42 @@ def test_dive_variants_against_dive(tmp_path):
     assert "truncation" not in md
 
 
+def test_versus_named_baselines_at_their_own_k_and_the_bytes_of_sparse_codes(tmp_path):
+    """An experiment's ``versus:``: every other compressed method against each named one, across k
+    (csr's k is its latent count); the named ones never against each other; a study with a k-sparse
+    code states the bytes each method stores (dense: 4k; csr: 4 x topk)."""
+    from dive_core.studies.main import stored_bytes_markdown
+
+    def pq(name, scores):
+        path = tmp_path / f"{name}.tsv"
+        write_per_query(path, {f"q{i}": {"ndcg@10": s, "recall@10": s, "recall@100": s, "mrr@10": s,
+                                         "seen": int(i < 2)} for i, s in enumerate(scores)})
+        return str(path)
+
+    runs = {("csr", "csr", 1536, 1): [0.6, 0.4, 0.2, 0.8], ("csr", "csr", 1536, 2): [0.8, 0.4, 0.4, 0.8],
+            ("dive", "dive", 64, 1): [0.5, 0.5, 0.3, 0.6], ("mrl-tuned", "mrl", 64, 1): [0.9, 0.9, 0.9, 0.9],
+            ("frozen", "frozen", 384, 1): [1.0] * 4}
+    results, per_query = [], {}
+    for (m, mtype, k, seed), scores in runs.items():
+        entry = {"type": mtype, "topk": 64} if mtype == "csr" else {"type": mtype}
+        r = {**result(m, seed, sum(scores) / 4, 0.0, mtype=mtype), "k": k, "config": {"method_entry": entry}}
+        results.append(r)
+        per_query[run_key(r)] = pq(f"{m}-{seed}", scores)
+    # by default a baseline at the same k only: no dive at csr's k = 1536
+    assert [r["method"] for r in report.versus_rows(results, per_query, baseline="dive")] == ["mrl-tuned"]
+    rows = report.versus_rows(results, per_query, baseline="dive", any_k=True, skip=["dive", "mrl-tuned"])
+    (row,) = rows  # csr's seed means 0.7, 0.4, 0.3, 0.8 against dive's 0.5, 0.5, 0.3, 0.6
+    assert (row["method"], row["k"], row["seeds"]) == ("csr", 1536, 2)
+    assert row["mean_diff"] == pytest.approx((0.2 - 0.1 + 0.0 + 0.2) / 4)
+    assert row["subsets"]["seen"]["mean_diff"] == pytest.approx(0.05)
+    md = report.versus_markdown(rows, plain=True)
+    assert "### Against (dive)" in md and "variants" not in md and "| bb | ds | 1536 | csr | 2 | 0.5500 | 0.4750 | +0.0750 |" in md
+    table = stored_bytes_markdown(results)
+    assert "| csr | 64 of 1536 latents (sparse) | 256 |" in table and "| dive | 64 float32 | 256 |" in table
+    assert "frozen" not in table
+    assert stored_bytes_markdown([r for r in results if r["method"] != "csr"]) == ""
+
+
 def test_grouped_bars_write_png(tmp_path):
     keyed = {(x["backbone"], x["dataset"], x["method"]): x for x in report.summarize(
         report.collect([result("frozen", 1, 0.9, 0.95), result("pca", 1, 0.5, 0.6), result("dive", 1, 0.6, 0.7)]),

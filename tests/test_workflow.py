@@ -37,7 +37,7 @@ def beir(generated_beir):
 METHODS = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
 RUN = "results/generated-tiny/minilm/{method}/k{k}/final/seed2027"
 STUDIES = ("main", "lr_audit", "tuned", "heads", "ablation", "dynamics", "secondary", "unsupervised",
-           "doc_disjoint", "efficiency", "frontier", "arrival")
+           "doc_disjoint", "efficiency", "frontier", "arrival", "csr", "arrival_csr")
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -107,13 +107,14 @@ def test_every_study_holds_numbers(workdir):
         assert re.search(r"\b\d+\.\d{3}", md), study
         assert "nan" not in md.lower(), study
     audit = json.loads((workdir / "results/selection/minilm/lr_audit.json").read_text())
-    assert sorted(audit["methods"]) == ["mrl", "search_adaptor", "smec"]
+    assert sorted(audit["methods"]) == ["csr", "mrl", "search_adaptor", "smec"]
     for base, entry in audit["methods"].items():
         assert len(entry["candidates"]) == 3
         assert entry["pick"]["method"] in [c["method"] for c in entry["candidates"]]
-    # the tuned runs trained with the picked learning rate
+    # the tuned runs trained with the picked learning rate (csr at its own width, 4 x 384 latents)
     for base in audit["methods"]:
-        r = json.loads((workdir / f"results/generated-tiny/minilm/{base}-tuned/k64/final/seed2027/eval.json").read_text())
+        k = 1536 if base == "csr" else 64
+        r = json.loads((workdir / f"results/generated-tiny/minilm/{base}-tuned/k{k}/final/seed2027/eval.json").read_text())
         assert r["config"]["hparams"]["lr"] == audit["methods"][base]["pick"]["overrides"]["lr"]
         assert r["config"]["selected"]["from"] == f"lr_audit/{base}"
 
@@ -121,9 +122,11 @@ def test_every_study_holds_numbers(workdir):
 def test_efficiency_and_frontier_json(workdir):
     eff = json.loads((workdir / "results/efficiency/generated-tiny/minilm.json").read_text())
     assert eff["device"] == "cpu" and eff["bandwidth_gb_s"] > 0 and eff["cpu"] and eff["faiss_version"]
-    assert [(x["method"], x["dim"]) for x in eff["indexes"]] == [("frozen", 384), ("dive", 96), ("dive", 64)]
-    for x in eff["indexes"]:
-        assert x["bytes_per_vector"] == 4 * x["dim"] and x["index_bytes"] == 500 * 4 * x["dim"]
+    assert [(x["method"], x["dim"], x["active"]) for x in eff["indexes"]] == [
+        ("frozen", 384, None), ("dive", 96, None), ("dive", 64, None), ("csr", 1536, 64)]
+    for x in eff["indexes"]:  # csr: 64 (uint16 index, fp16 value) pairs, the bytes of dive's 64d float32
+        stored = 4 * (x["active"] or x["dim"])
+        assert x["bytes_per_vector"] == stored and x["index_bytes"] == 500 * stored
         for key in ("latency_ms_median", "latency_ms_p99", "throughput_qps", "lower_bound_ms"):
             assert x[key] > 0, key
     syn = json.loads((workdir / "results/efficiency/synthetic.json").read_text())
@@ -131,13 +134,19 @@ def test_efficiency_and_frontier_json(workdir):
                                                                   (1000, 256)]
     front = json.loads((workdir / "results/frontier/generated-tiny/minilm.json").read_text())
     rows = front["rows"]
-    assert len(rows) == (1 + 7 * 2) * 5  # frozen at 384d, 7 compressed methods at 64d and 96d, 5 encodings
+    # frozen at 384d, 7 compressed methods at 64d and 96d, 5 encodings; 5 csr codes in their stored form
+    assert len(rows) == (1 + 7 * 2) * 5 + 5
+    codes = {r["method"]: (r["active"], r["bytes_per_vector"]) for r in rows if r["encoding"] == "sparse"}
+    assert codes == {"csr-k8": (8, 32), "csr-k16": (16, 64), "csr-k32": (32, 128), "csr": (64, 256),
+                     "csr-free": (64, 256)}
     bpv = {(r["method"], r["dim"], r["encoding"]): r["bytes_per_vector"] for r in rows}
     assert bpv[("dive", 64, "sq8")] == 64 and bpv[("frozen", 384, "binary")] == 48
     assert bpv[("dive", 96, "float16")] == 192 and bpv[("dive", 64, "float32")] == 256
     f32 = next(r for r in rows if (r["method"], r["dim"], r["encoding"]) == ("dive", 64, "float32"))
     dive = json.loads((workdir / "results/generated-tiny/dive/seed2027.json").read_text())
     assert f32["ndcg@10"] == dive["metrics"]["ndcg@10"]  # the same evaluation path as the main result
+    csr = json.loads((workdir / "results/generated-tiny/minilm/csr/k1536/final/seed2027/eval.json").read_text())
+    assert next(r for r in rows if r["method"] == "csr")["ndcg@10"] == csr["metrics"]["ndcg@10"]
     assert any(r["pareto"] for r in rows)
 
 

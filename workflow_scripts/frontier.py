@@ -9,7 +9,8 @@ w, inp, p = snakemake.wildcards, snakemake.input, snakemake.params
 emb, manifest, runs = efficiency.compressed_test_vectors(inp.embeddings, inp.splits, p.runs, inp.checkpoints)
 rows = []
 for (method, k, m, docs, queries), path in zip(runs, inp.checkpoints):
-    for r in efficiency.frontier_rows(method, k, docs, queries, emb.doc_ids, manifest, "final", int(p.top_k)):
+    for r in efficiency.frontier_rows(method, k, docs, queries, emb.doc_ids, manifest, "final", int(p.top_k),
+                                      active=m.active):
         rows.append({**r, "seed": m.seed, "checkpoint_sha256": sha256_file(path)})
         log.info("%s %dd %s: %d B/vector, nDCG@10 %.4f, R@10 %.4f", method, k, r["encoding"],
                  r["bytes_per_vector"], r["ndcg@10"], r["recall@10"])

@@ -19,7 +19,7 @@ if kind == "result":  # each run's per-query and train-log file, declared in the
         per_query[records.run_key(r)], train_logs[records.run_key(r)] = pq, tl
 ctx = StudyContext(name=snakemake.wildcards.experiment, title=p.title, methods=list(p.methods),
                    datasets=list(p.datasets), backbones=list(p.backbones), groups=dict(p.groups), note=p.note,
-                   highlight=p.highlight, per_query=per_query, train_logs=train_logs,
+                   highlight=p.highlight, versus=list(p.versus), per_query=per_query, train_logs=train_logs,
                    selection=records.read("selection", inp.selection) if "selection" in inp.keys() else None,
                    picks={path: {**records.read("selection", path), "sha256": sha256_file(path)}
                           for path in (inp.picks if "picks" in inp.keys() else [])})

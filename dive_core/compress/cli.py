@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..sparse import SPARSE_ENCODING
 from ..vector_checks import option
 from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFileError, vector_format
 from .errors import CompressError
@@ -28,9 +29,11 @@ def main(argv: list[str] | None = None) -> int:
                                   "exported folder (python -m dive_core.export)")
     ap.add_argument("input", help="the vector file to compress")
     ap.add_argument("output", help="the file to write (format by its extension); written only when complete")
-    ap.add_argument("--encoding", choices=ENCODINGS, default="float32",
-                    help="how the compressed vectors are stored: float32 (default), float16, or int8 = FAISS "
-                         "SQ8 codes with per-coordinate ranges over the whole input (in the file's metadata)")
+    ap.add_argument("--encoding", choices=(*ENCODINGS, SPARSE_ENCODING),
+                    help="how the compressed vectors are stored: float32 (the default for a dense compressor), "
+                         "float16, or int8 = FAISS SQ8 codes with per-coordinate ranges over the whole input (in "
+                         "the file's metadata); sparse (the default for a k-sparse compressor, csr): each code's "
+                         "(uint16 index, fp16 value) pairs, Parquet only, read back by dive_core.sparse.read_codes")
     ap.add_argument("--faiss", metavar="PATH", help="also write a FAISS index of OUTPUT (row i = row i): "
                                                     "IndexFlatIP for float32, the scalar quantizer for float16/int8")
     ap.add_argument("--side", choices=("document", "query"), default="document",
@@ -67,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
 
             torch.set_num_threads(args.threads)
         method = load_model(args.model, args.device)
+        args.encoding = args.encoding or (SPARSE_ENCODING if method.sparse_codes else "float32")
+        if args.faiss and args.encoding == SPARSE_ENCODING:
+            raise CompressError("--faiss: FAISS holds dense vectors; search sparse codes with "
+                                "dive_core.sparse.SparseCorpus(dive_core.sparse.read_codes(OUTPUT)[1])")
         print(describe(provenance(method, args.side)), file=sys.stderr)
         _check_output(Path(args.output), sets)
         t0 = time.perf_counter()

@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import records
 from ..vector_checks import ALLOW
-from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorWriter, open_vectors
+from ..sparse import SPARSE_ENCODING
+from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorWriter, open_vectors, vector_format
 from .codec import _floats, sq8_ranges
 from .errors import CompressError
 from .files import OutSet, _bar, _check_output, check_input, open_sets, write_output
@@ -178,9 +179,11 @@ def compress_file(model, input: str | Path, output: str | Path, encoding: str = 
     sets = open_sets(input, group, id_column, vector_column)
     output = Path(output)
     _check_output(output, sets)
-    if encoding not in ENCODINGS:
-        raise CompressError(f"encoding {encoding!r}: expected one of {ENCODINGS}")
+    if encoding not in (*ENCODINGS, SPARSE_ENCODING):
+        raise CompressError(f"encoding {encoding!r}: expected one of {(*ENCODINGS, SPARSE_ENCODING)}")
     allow = dict(allow_zero_rows=allow_zero_rows, allow_duplicate_ids=allow_duplicate_ids)
+    if encoding == SPARSE_ENCODING:
+        return _compress_codes(method, sets, output, model, id_column, rows, progress, side, drift, allow)
     if encoding == "int8":  # pass 1: compressed float32 rows and their ranges, spooled beside the output
         output.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.spool.") as spool:
@@ -199,3 +202,26 @@ def compress_file(model, input: str | Path, output: str | Path, encoding: str = 
                            records.compressed(prov, vf, encoding, allowed=allowed(**allow)))
                     for vf in sets]
         return write_output(output, out_sets, encoding, id_column)
+
+
+def _compress_codes(method, sets, output: Path, model, id_column: str, rows, progress: bool, side: str,
+                    drift, allow: dict) -> Path:
+    """:func:`compress_file` for k-sparse codes (csr, encoding ``sparse``): one Parquet file of
+    (index, fp16 value) pairs per row (:func:`dive_core.sparse.write_codes`)."""
+    from ..sparse import write_codes
+
+    if not method.sparse_codes:
+        raise CompressError(f"encoding {SPARSE_ENCODING!r}: the compressor {model} ({method.type}) writes dense "
+                            "vectors; sparse is for k-sparse codes (csr)")
+    if vector_format(output) != "parquet" or len(sets) != 1:
+        raise CompressError(f"{output}: sparse codes are written to one Parquet file (.parquet), from one input "
+                            f"set ({len(sets)} here)")
+    check_input(method, sets, model, allow["allow_duplicate_ids"])
+    (vf,) = sets
+    record = records.compressed(provenance(method, side), vf, SPARSE_ENCODING, allowed=allowed(**allow))
+    with _bar(vf.n, "compress", progress) as bar:
+        blocks = compressed_chunks(method, vf, 0, vf.n, rows, bar, side, _monitor(method, side, drift, vf),
+                                   allow["allow_zero_rows"])
+        output.parent.mkdir(parents=True, exist_ok=True)
+        return Path(write_codes(output, rechunk(blocks, write_rows(method.active)), vf.n, method.k, method.active,
+                                records.compressed_metadata(record), id_column))

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from .. import records
 from ..atomic import atomic_path
 from ..training import FitData, TrainLog, check_precision, run_epochs, set_seed
-from .specs import SIDES, SPECS
+from .specs import SIDES, SPECS, stored_bytes
 
 METHODS: dict[str, type["Method"]] = {}
 
@@ -81,9 +81,6 @@ class Method:
     supervised: ClassVar[bool] = False
     #: True when queries and documents go through different maps (``transform_query`` overridden)
     asymmetric: ClassVar[bool] = False
-    #: True when :meth:`compress` returns k-sparse rows (csr): evaluation searches them as sparse
-    #: matrices (:mod:`dive_core.sparse`)
-    sparse_codes: ClassVar[bool] = False
 
     def __init__(self, d: int, k: int, hparams: Mapping[str, Any] | None = None, seed: int = 0,
                  device: str = "cpu", precision: str = "fp32"):
@@ -98,6 +95,22 @@ class Method:
         self.precision = check_precision(precision, f"method {self.type!r}: ")
         self.meta: dict[str, Any] = {}  # provenance stored with / read from a checkpoint
         self.build()
+
+    @property
+    def active(self) -> int | None:
+        """The non-zeros a compressed vector keeps when :meth:`compress` returns k-sparse rows (csr;
+        its spec's ``active``), else None. Such rows are stored as (index, fp16 value) pairs and
+        searched as sparse matrices (:mod:`dive_core.sparse`)."""
+        count = SPECS[self.type].active
+        return None if count is None else count(self.hp)
+
+    @property
+    def sparse_codes(self) -> bool:
+        return self.active is not None
+
+    def bytes_per_vector(self) -> int:
+        """Bytes one compressed vector takes as stored (:func:`dive_core.methods.specs.stored_bytes`)."""
+        return stored_bytes(self.type, self.k, self.hp)
 
     # -- to override -------------------------------------------------------------------
     def build(self) -> None:

@@ -48,7 +48,7 @@ tests/test_csr.py checks that the code and every loss term equal the library's o
 optimiser steps, dead-latent statistics included. The library's initialisation is kept (PyTorch's
 Linear for W, zero biases; the paper's code starts the decoder at unit-norm columns and b_pre at the
 data's median). A code of k latents among H <= 65,536 is stored as k (uint16 index, fp16 value)
-pairs: :func:`dive_core.sparse.code_bytes`, 4k bytes (:meth:`CSR.bytes_per_code`).
+pairs: :func:`dive_core.sparse.code_bytes`, 4k bytes (``Method.bytes_per_vector``, from the spec's ``active``).
 
 Logged per epoch: ``reconstruction`` (L(k)), ``reconstruction_4k`` (L(4k)/8), ``aux`` (beta L_aux),
 ``contrastive`` (gamma L_con, csr only), the total, and ``dead`` (share of latents counted dead).
@@ -68,7 +68,6 @@ class _SparseCode(TorchMethod):
     """What ``csr`` and ``csr_free`` share: the module, the code, the reconstruction terms."""
 
     cuda_graph = False  # the library's loss is not checked for graph capture
-    sparse_codes = True
 
     def build(self) -> None:
         from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
@@ -87,12 +86,6 @@ class _SparseCode(TorchMethod):
         from sentence_transformers.sparse_encoder.losses import CSRReconstructionLoss
 
         return CSRReconstructionLoss(model=self.net, beta=float(self.hp["beta"]))
-
-    def bytes_per_code(self) -> int:
-        """Bytes one stored code takes: ``topk`` (index, fp16 value) pairs (:func:`dive_core.sparse.code_bytes`)."""
-        from ..sparse import code_bytes
-
-        return code_bytes(int(self.hp["topk"]), self.k)
 
     def columns(self, data, idx) -> list[torch.Tensor]:
         raise NotImplementedError
@@ -119,7 +112,7 @@ class _SparseCode(TorchMethod):
         raise NotImplementedError(
             f"{self.type}: the code keeps the top {self.hp['topk']} of {self.k} latents, a selection that "
             "Dense, ReLU and Normalize layers do not express; its sentence-transformers form is a SparseEncoder "
-            "ending in a SparseAutoEncoder module, which this export does not write")
+            "ending in its SparseAutoEncoder module (dive_core.export.sparse_encoder_modules)")
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {n: t for n, t in self.net.state_dict().items() if n != TIED_ALIAS}

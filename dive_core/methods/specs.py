@@ -232,6 +232,10 @@ class MethodSpec:
     #: dimension an experiment asks for (csr: its H = expansion x d latents, which may exceed d);
     #: None: the experiment's k, with ``1 <= k <= d``.
     output_dim: Callable[[int, Mapping[str, Any]], int] | None = None
+    #: ``active(hp)``: the non-zeros a stored vector keeps, for a type whose output is a k-sparse
+    #: code (csr: ``topk``); None: a dense vector. Decides how a vector is stored, searched and
+    #: counted (:func:`stored_bytes`, :mod:`dive_core.sparse`).
+    active: Callable[[Mapping[str, Any]], int] | None = None
 
     def dimension(self, d: int, k: int, hp: Mapping[str, Any]) -> int:
         """The output dimension of a method of this type on ``d``-dimensional embeddings when ``k``
@@ -275,9 +279,23 @@ SPECS: dict[str, MethodSpec] = {s.type: s for s in (
                                     "doc_epochs", *SHARED), _query_side),
     MethodSpec("query_side_known", True, ("doc_map", "query_map", "loss", "anchor", "margin", "tau", "gamma_geo",
                                           "doc_lr", "doc_epochs", "offset_anchor", *SHARED), _query_side_known),
-    MethodSpec("csr", True, (*CSR_FREE[:5], "gamma", *CSR_SHARED), _csr, output_dim=csr_width),
-    MethodSpec("csr_free", False, CSR_FREE, _csr_free, output_dim=lambda d, hp: csr_width(d, hp, "csr_free")),
+    MethodSpec("csr", True, (*CSR_FREE[:5], "gamma", *CSR_SHARED), _csr, output_dim=csr_width,
+               active=lambda hp: int(hp["topk"])),
+    MethodSpec("csr_free", False, CSR_FREE, _csr_free, output_dim=lambda d, hp: csr_width(d, hp, "csr_free"),
+               active=lambda hp: int(hp["topk"])),
 )}
+
+
+def stored_bytes(type_name: str, k: int, hp: Mapping[str, Any]) -> int:
+    """Bytes one vector of a ``type_name`` method with output dimension ``k`` takes as the main
+    tables store it: a float32 vector (4k), or for a k-sparse type its code of ``active(hp)``
+    (index, fp16 value) pairs (:func:`dive_core.sparse.code_bytes`)."""
+    s = spec(type_name)
+    if s.active is None:
+        return 4 * int(k)
+    from ..sparse import code_bytes
+
+    return code_bytes(s.active(hp), int(k))
 
 
 def add_spec(spec: MethodSpec) -> MethodSpec:

@@ -92,6 +92,10 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
             if m not in exp.get("methods", []):
                 raise ConfigError(f"config: experiments.{ename}.method_seeds.{m}: {m!r} is not one of the "
                                   f"experiment's methods {exp.get('methods', [])}")
+        for i, m in enumerate(exp.get("versus") or []):
+            if m not in exp.get("methods", []):
+                raise ConfigError(f"config: experiments.{ename}.versus[{i}] = {m!r} is not one of the "
+                                  f"experiment's methods {exp.get('methods', [])}")
         for i, ds in enumerate(exp.get("datasets", []) or []):
             if ds not in registry:
                 raise ConfigError(f"config: experiments.{ename}.datasets[{i}] = {ds!r} is not in the dataset registry")
@@ -105,8 +109,14 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
         selection_reference(config, study)
     for ename in enabled_experiments(config):
         exp = experiment(config, ename)
-        if exp["study"] == "efficiency":
-            continue  # times config `efficiency.method` against frozen
+        if exp["study"] == "efficiency":  # times config `efficiency.method` (and `sparse_method`) against frozen
+            sparse = config["efficiency"].get("sparse_method")
+            if sparse and sparse not in config["methods"]:
+                raise ConfigError(f"config: efficiency.sparse_method = {sparse!r} is not defined under methods")
+            if sparse and spec(method_type(config, sparse)).active is None:
+                raise ConfigError(f"config: efficiency.sparse_method = {sparse!r} is of type "
+                                  f"{method_type(config, sparse)!r}, whose vectors are dense (a k-sparse type: csr)")
+            continue
         if not exp["methods"]:
             raise ConfigError(f"config: experiments.{ename} has no methods")
         for bname in exp["backbones"]:  # each defined (experiment_backbones)

@@ -77,12 +77,16 @@ def headline_run(config: Mapping, dataset: str, method: str, seed: int | str) ->
 
 def efficiency_runs(config: Mapping, backbone: str) -> list[tuple[str, int]]:
     """``[(method, k)]`` the efficiency study times: frozen at full dimension, then
-    ``efficiency.method`` at the secondary and the primary dimension."""
+    ``efficiency.method`` at the secondary and the primary dimension, then
+    ``efficiency.sparse_method`` (a k-sparse method, searched over its stored codes) if set."""
     bb = config["backbones"][backbone]
     runs = [("frozen", int(bb["dim"]))]
     for which in ("secondary", "primary"):
         if which in bb["dims"]:
             runs.append((config["efficiency"]["method"], int(bb["dims"][which])))
+    sparse = config["efficiency"].get("sparse_method")
+    if sparse:
+        runs.append((sparse, method_k(config, backbone, sparse)))
     return runs
 
 

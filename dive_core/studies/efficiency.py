@@ -7,6 +7,22 @@ from typing import Mapping, Sequence
 from .shared import StudyContext, StudyOutput, REFERENCE_STYLE, pyplot, save, suptitle
 
 
+SPARSE_NOTE = (
+    "A `sparse` index holds k-sparse codes (CSR's top-k latents) as (uint16 index, fp16 value) pairs, indices "
+    "included in its bytes, and is searched exactly by a sparse matrix product on one thread "
+    "(dive_core/sparse.py: scipy, the scores of the latents a query shares with each document, then the top k), "
+    "not by FAISS. Its bound and ratios use the same bytes. Past one machine's memory such codes would go into an "
+    "inverted index (a posting list per latent, split by latent or by document across machines) that reads "
+    "only the posting lists of a query's active latents; none is built here.")
+
+
+def index_label(x: Mapping) -> str:
+    """An index's row label: ``dive 64d``, or for k-sparse codes ``csr 64 of 1536 sparse``."""
+    if x.get("active"):
+        return f"{x['method']} {x['active']} of {x['dim']} sparse"
+    return f"{x['method']} {x['dim']}d"
+
+
 def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """Efficiency JSONs (one per dataset and backbone, and the synthetic scaling): memory,
     latency and throughput of a flat index at each dimension, ratios to the full dimension and to
@@ -27,7 +43,7 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
                   "throughput ratio |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for x in r["indexes"]:
-            lines.append(f"| {x['method']} {x['dim']}d | {x['bytes_per_vector']} | {x['index_bytes'] / 1e6:.2f} | "
+            lines.append(f"| {index_label(x)} | {x['bytes_per_vector']} | {x['index_bytes'] / 1e6:.2f} | "
                          f"{x['memory_ratio_to_full']:.1f}x | {x['latency_ms_median']:.3f} | {x['latency_ms_p99']:.3f} | "
                          f"{x['latency_speedup_vs_full']:.2f}x | {x['lower_bound_ms']:.3f} | "
                          f"{x['latency_ratio_to_bound']:.2f} | {x['read_ms_same_size']:.3f} | "
@@ -35,6 +51,8 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
                          f"{x['throughput_ratio_to_full']:.2f}x |")
             rows.append({"dataset": r["dataset"], "backbone": r["backbone"], **x})
         lines.append("")
+        if any(x.get("active") for x in r["indexes"]):
+            lines += [SPARSE_NOTE, ""]
     for r in syn:
         lines += ["### Synthetic scaling (random unit vectors)", "",
                   f"Streaming-read bandwidth {r['bandwidth_gb_s']:.2f} GB/s; {r['indexes'][0]['batch_queries']} "
@@ -57,7 +75,7 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
         fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), dpi=120)
         many = len(real) > 1  # one group of bars per dataset, each labelled with its dataset
         for i, r in enumerate(real):
-            xs = [(f"{r['dataset']}\n" if many else "") + f"{x['method']}\n{x['dim']}d" for x in r["indexes"]]
+            xs = [(f"{r['dataset']}\n" if many else "") + index_label(x).replace(" ", "\n", 1) for x in r["indexes"]]
             color = plt.get_cmap("tab10").colors[i % 10] if many else "tab:blue"
             for ax, key, plain in ((axes[0], "latency_ms_median", color), (axes[1], "throughput_qps",
                                                                              color if many else "tab:green")):

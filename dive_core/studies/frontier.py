@@ -7,6 +7,11 @@ from typing import Mapping, Sequence
 from .shared import StudyContext, StudyOutput, method_colors, pyplot, save, suptitle
 
 
+def dim_label(row: Mapping) -> str:
+    """A frontier row's dimension: ``64``, or for a k-sparse code ``16 of 1536`` (active of latents)."""
+    return f"{row['active']} of {row['dim']}" if row.get("active") else str(row["dim"])
+
+
 def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """Frontier JSONs: held-out nDCG@10 and Recall@10 against bytes per vector for every method,
     dimension and encoding; Pareto front marked."""
@@ -22,10 +27,17 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                   "Bytes per vector count what the search index holds in memory; `binary_rescore` also keeps "
                   "every float32 vector (4 x dim bytes) outside the index, on disk in a deployment, and reads "
                   "only its candidates' at query time. "
-                  "**front**: on the Pareto front of nDCG@10 against bytes per vector.", "",
+                  "**front**: on the Pareto front of nDCG@10 against bytes per vector.", ""]
+        if any(x.get("active") for x in r["rows"]):
+            lines += ["A k-sparse code (`sparse`: CSR's top-k latents) is stored as its non-zeros alone, an (index "
+                      "uint16, value float16) pair each: 4 bytes per active latent, indices included. Its `dim` "
+                      "reads `active of latents`; it is searched exactly over the stored fp16 values "
+                      "(dive_core/sparse.py).", ""]
+        lines += [
                   "| bytes/vector | method | dim | encoding | nDCG@10 | R@10 | front |", "|---|---|---|---|---|---|---|"]
         for x in sorted(r["rows"], key=lambda x: (x["bytes_per_vector"], -x["ndcg@10"])):
-            lines.append(f"| {x['bytes_per_vector']} | {x['method']} | {x['dim']} | {x['encoding']} | "
+            dim = dim_label(x)
+            lines.append(f"| {x['bytes_per_vector']} | {x['method']} | {dim} | {x['encoding']} | "
                          f"{x['ndcg@10']:.4f} | {x['recall@10']:.4f} | {'**front**' if x['pareto'] else ''} |")
             rows.append({"dataset": r["dataset"], "backbone": r["backbone"], **x})
         small = [x for x in r["rows"] if x["bytes_per_vector"] <= 64]
@@ -33,7 +45,7 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         alone = max((x for x in small if x["encoding"] != "binary_rescore"), key=lambda x: x["ndcg@10"], default=None)
         for label, x in (("", best), (" with nothing outside the index (no re-scoring)", alone)):
             if x:
-                lines += ["", f"Best at 64 bytes or fewer per vector{label}: **{x['method']} {x['dim']}d in "
+                lines += ["", f"Best at 64 bytes or fewer per vector{label}: **{x['method']} {dim_label(x)}d in "
                               f"{x['encoding']}** ({x['bytes_per_vector']} B, nDCG@10 {x['ndcg@10']:.4f}, "
                               f"R@10 {x['recall@10']:.4f})."]
         lines.append("")
@@ -42,7 +54,7 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         plt = pyplot()
         fig, axes = plt.subplots(max(1, len(results)), 2, figsize=(14, 5 * max(1, len(results))), dpi=120,
                                  squeeze=False)  # one row per dataset (and backbone)
-        markers = {"float32": "o", "float16": "s", "sq8": "^", "binary": "x", "binary_rescore": "P"}
+        markers = {"float32": "o", "float16": "s", "sq8": "^", "binary": "x", "binary_rescore": "P", "sparse": "D"}
         methods = list(dict.fromkeys(x["method"] for r in results for x in r["rows"]))
         # the frontier's runs are the configured methods, named by their type
         colors = {**method_colors({m: m for m in methods if m != "frozen"}), "frozen": "0.35"}
@@ -65,7 +77,9 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         handles = [plt.Line2D([], [], linestyle="", marker="o", color=colors[m],
                               label=m + (" (uncompressed)" if m == "frozen" else ""))
                    for m in methods]
-        handles += [plt.Line2D([], [], linestyle="", marker=mk, color="black", label=e) for e, mk in markers.items()]
+        used = {x["encoding"] for r in results for x in r["rows"]}
+        handles += [plt.Line2D([], [], linestyle="", marker=mk, color="black", label=e)
+                    for e, mk in markers.items() if e in used]
         handles.append(plt.Line2D([], [], color="black", linestyle="dashed", label="Pareto front (nDCG@10)"))
         fig.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(0.995, 0.5), frameon=False)
         suptitle(fig, ctx.title)

@@ -20,6 +20,30 @@ DOC_DISJOINT_NOTE = (
     "autoencoder) are the same runs as in the main table.")
 
 
+def stored_bytes_markdown(results: Sequence[Mapping]) -> str:
+    """Where a study holds k-sparse codes (csr): the bytes one stored vector of each method takes,
+    indices included, so that methods of different k are compared at the bytes they store."""
+    from ..methods.specs import SPECS, stored_bytes
+
+    sized = {}
+    for r in results:
+        hp = (r.get("config") or {}).get("method_entry") or {}
+        if r["method_type"] != "frozen":
+            sized[r["method"]] = (r["k"], SPECS[r["method_type"]].active, stored_bytes(r["method_type"], r["k"], hp))
+    if not any(active for _, active, _ in sized.values()):
+        return ""
+    lines = ["", "### Bytes per stored vector", "",
+             "A dense method's vector is stored in float32 (4 bytes per dimension); a k-sparse code (CSR's top-k "
+             "latents) as its non-zeros alone, an (index uint16, value float16) pair each, 4 bytes per active "
+             "latent, and is evaluated over those fp16 values (dive_core/sparse.py).", "",
+             "| method | stored as | bytes per vector |", "|---|---|---|"]
+    for m, (k, active, size) in sized.items():
+        hp = next(((r.get("config") or {}).get("method_entry") or {}) for r in results if r["method"] == m)
+        form = f"{active(hp)} of {k} latents (sparse)" if active else f"{k} float32"
+        lines.append(f"| {m} | {form} | {size} |")
+    return "\n".join(lines) + "\n"
+
+
 def main_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """Main table (also: secondary dimension, unsupervised, document-disjoint, validation
     tables): per dataset and the mean over datasets, subsets with their n, paired significance."""
@@ -32,4 +56,8 @@ def main_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     md += report.versus_markdown(report.versus_rows(results, ctx.per_query))
     md += report.versus_markdown(report.versus_rows(results, ctx.per_query, baseline=report.DIVE,
                                                     types=report.DIVE_VARIANTS))
+    for baseline in ctx.versus:  # `versus:` every other compressed method against each named one, at its own k
+        md += report.versus_markdown(report.versus_rows(results, ctx.per_query, baseline=baseline, any_k=True,
+                                                        skip=ctx.versus), plain=True)
+    md += stored_bytes_markdown(results)
     return StudyOutput(md, list(summary.values()), lambda p: grouped_bars(p, summary, ctx, bbs))

@@ -35,6 +35,7 @@ class StudyContext:
     # its file's sha256 under "sha256"
     picks: dict[str, dict] = field(default_factory=dict)
     highlight: str | None = None  # heads: the configured head count's method
+    versus: list[str] = field(default_factory=list)  # main: every other method against each of these
     # the declared per-run input files, by records.run_key of the run's result record
     per_query: dict[tuple, str] = field(default_factory=dict)
     train_logs: dict[tuple, str] = field(default_factory=dict)
