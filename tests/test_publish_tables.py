@@ -156,6 +156,17 @@ def test_a_missing_config_file_is_refused_naming_it(repo):
     assert not (repo / "docs").exists()
 
 
+def test_a_suffix_names_the_copies_without_touching_the_tables_of_the_plain_name(repo):
+    done = publish(repo, "main", "--suffix", "_scifact")
+    assert done.returncode == 0, done.stderr
+    out = repo / "docs" / "tables"
+    assert sorted(p.name for p in out.iterdir()) == ["main_scifact.md", "main_scifact.png"]
+    assert (out / "main_scifact.md").read_text(encoding="utf-8").endswith(TABLE)
+    assert "`results/tables/main.md`" in provenance((out / "main_scifact.md").read_text(encoding="utf-8"))["source"]
+    bad = publish(repo, "main", "--suffix", "/../x")
+    assert bad.returncode != 0 and "--suffix '/../x': letters, digits" in bad.stderr
+
+
 def test_without_names_every_table_is_copied(repo):
     done = publish(repo, "--docs", "site/tables")
     assert done.returncode == 0, done.stderr

@@ -325,8 +325,12 @@ def plan_copies(results: Path, experiments: list[str]) -> list[str]:
 
 
 def publish(results: Path, docs: Path, experiments: list[str], configs: list[str], command: str | None,
-            cwd: Path | None = None, now: datetime | None = None) -> list[Path]:
-    """Copy the tables (and figures); returns the files written."""
+            cwd: Path | None = None, now: datetime | None = None, suffix: str = "") -> list[Path]:
+    """Copy the tables (and figures); returns the files written. ``suffix``: appended to each copy's
+    name (``tuned`` -> ``tuned_scifact.md``), for a run whose table would replace a published one
+    of the same name that holds more (another configuration's)."""
+    if suffix and not NAME.match(f"x{suffix}"):
+        raise Refused(f"--suffix {suffix!r}: letters, digits, '_' and '-' only")
     cwd = Path.cwd() if cwd is None else cwd
     for c in configs:
         if not (cwd / c).is_file():
@@ -344,13 +348,13 @@ def publish(results: Path, docs: Path, experiments: list[str], configs: list[str
         figure = None
         if src_figure.is_file():
             fig_bytes = src_figure.read_bytes()
-            dst_figure = docs / f"{name}.png"
+            dst_figure = docs / f"{name}{suffix}.png"
             atomic_write(dst_figure, fig_bytes)
             written.append(dst_figure)
             figure = (src_figure, dst_figure, hashlib.sha256(fig_bytes).hexdigest())
         head = header(source=table, source_sha=hashlib.sha256(data).hexdigest(), figure=figure, commit=commit,
                       configs=configs, command=command, date=date, machine=machines[name])
-        dst = docs / f"{name}.md"
+        dst = docs / f"{name}{suffix}.md"
         atomic_write(dst, head.encode("utf-8") + data)
         written.append(dst)
     return written
@@ -369,9 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", nargs="+", default=[], metavar="CONFIG", action="extend",
                     help="the config file(s) of the run, as given to --configfile")
     ap.add_argument("--command", default=None, help="the command that produced the tables")
+    ap.add_argument("--suffix", default="", help="appended to each copy's name: --suffix _scifact writes "
+                                                  "docs/tables/tuned_scifact.md from results/tables/tuned.md")
     args = ap.parse_args(argv)
     try:
-        written = publish(args.results, args.docs, args.experiments, args.config, args.command)
+        written = publish(args.results, args.docs, args.experiments, args.config, args.command, suffix=args.suffix)
     except Refused as exc:
         print(f"publish_tables: refused: {exc}", file=sys.stderr)
         return REFUSED
