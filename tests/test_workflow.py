@@ -134,11 +134,10 @@ def test_efficiency_and_frontier_json(workdir):
                                                                   (1000, 256)]
     front = json.loads((workdir / "results/frontier/generated-tiny/minilm.json").read_text())
     rows = front["rows"]
-    # frozen at 384d, 7 compressed methods at 64d and 96d, 5 encodings; 5 csr codes in their stored form
-    assert len(rows) == (1 + 7 * 2) * 5 + 5
+    # frozen at 384d, 7 compressed methods at 64d and 96d, 5 encodings; 2 csr codes in their stored form
+    assert len(rows) == (1 + 7 * 2) * 5 + 2
     codes = {r["method"]: (r["active"], r["bytes_per_vector"]) for r in rows if r["encoding"] == "sparse"}
-    assert codes == {"csr-k8": (8, 32), "csr-k16": (16, 64), "csr-k32": (32, 128), "csr": (64, 256),
-                     "csr-free": (64, 256)}
+    assert codes == {"csr": (64, 256), "csr-free": (64, 256)}
     bpv = {(r["method"], r["dim"], r["encoding"]): r["bytes_per_vector"] for r in rows}
     assert bpv[("dive", 64, "sq8")] == 64 and bpv[("frozen", 384, "binary")] == 48
     assert bpv[("dive", 96, "float16")] == 192 and bpv[("dive", 64, "float32")] == 256
