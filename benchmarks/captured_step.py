@@ -15,6 +15,11 @@ vectors of SciFact's corpus size; the numbers do not depend on the values) it re
   FLOP rate / the device's fp32 matrix-product rate (``--matmul-size``^3, median of 7);
 - the weights of a ``--hash-epochs``-epoch fit, plain and graph: their ``state_sha256`` and the
   largest absolute difference;
+- with ``--fits N`` (N > 1): N fits of N seeds trained together in one process
+  (``TorchMethod.fit_together``: stacked parameters, one vmapped step for all), plain and graph:
+  ``ms_per_step`` for all N, ``per_fit_ms`` and ``speedup_vs_alone`` = N x the single fit's
+  ms / the N fits' ms; and the largest absolute difference of each fit's weights from the same fit
+  trained alone (``--hash-epochs`` epochs);
 - with ``--profile-dir``: ``torch.profiler`` over ``--profile-steps`` steady-state steps of each, its
   top entries by device time and the number of kernel launches, graph launches and host
   synchronisations per step (``profile_<d>x<k>_<mode>.txt``).
@@ -80,6 +85,24 @@ def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, gra
         DIVE.cuda_graph = True
 
 
+def fit_many(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, graph: bool, fits: int):
+    """``fits`` DIVE fits (seeds 2027, 2028, ...) trained together through ``fit_together``; (methods,
+    their logs' rows, seconds)."""
+    from dive_core.methods.base import TorchMethod
+
+    DIVE.cuda_graph = graph
+    try:
+        ms = [new_method("dive", d, k, hparams(epochs, batch), 2027 + i, device=device) for i in range(fits)]
+        logs = [TrainLog() for _ in ms]
+        sync(device)
+        t0 = time.perf_counter()
+        TorchMethod.fit_together(ms, data, logs, progress=False)
+        sync(device)
+        return ms, [log.rows for log in logs], time.perf_counter() - t0
+    finally:
+        DIVE.cuda_graph = True
+
+
 def step_flops(d: int, k: int, data: FitData, batch: int, device: str, steps: int = 4) -> float:
     m = new_method("dive", d, k, hparams(1, batch), 0, device=device)
     opt = torch.optim.AdamW(m.net.parameters(), lr=2e-4, weight_decay=0.01, fused=True)
@@ -137,6 +160,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-dir", default=None)
     ap.add_argument("--profile-steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--fits", type=int, default=1, help="also time this many fits trained together (> 1)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -167,6 +191,17 @@ def main(argv=None) -> int:
                          "gflop_per_s": flops / (ms / 1000) / 1e9, "share": flops / (ms / 1000) / 1e9 / mm}
             print(f"{d}->{k} {name}: {ms:.3f} ms/step, {res[name]['gflop_per_s']:.0f} GFLOP/s, "
                   f"{res[name]['share']:.3f} of the product rate", flush=True)
+            if a.fits > 1:
+                fit_many(d, k, data, 2, a.batch, dev, graph, a.fits)  # warm-up, discarded
+                secs = [fit_many(d, k, data, 2, a.batch, dev, graph, a.fits)[1][0][1]["seconds"] / a.steps
+                        for _ in range(a.repeats)]
+                many = 1000 * statistics.median(secs)
+                res[name]["together"] = {"fits": a.fits, "ms_per_step": many, "per_fit_ms": many / a.fits,
+                                         "speedup_vs_alone": a.fits * ms / many,
+                                         "share": a.fits * flops / (many / 1000) / 1e9 / mm}
+                print(f"{d}->{k} {name}, {a.fits} fits together: {many:.3f} ms/step ({many / a.fits:.3f} per fit, "
+                      f"{a.fits * ms / many:.2f}x the fits alone), {res[name]['together']['share']:.3f} of the "
+                      "product rate", flush=True)
             if a.profile_dir:
                 pdir = Path(a.profile_dir)
                 pdir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +218,18 @@ def main(argv=None) -> int:
                               "epochs": a.hash_epochs, "steps_per_epoch": 88}
             print(f"{d}->{k} weights after {a.hash_epochs} epochs: plain {res['weights']['plain_sha256'][:12]} "
                   f"graph {res['weights']['graph_sha256'][:12]} max |diff| {res['weights']['max_abs_diff']:.3g}",
+                  flush=True)
+        if a.fits > 1:  # each fit trained together against the same fit alone
+            hdata = generated(d, 88 * a.batch, dev)
+            together = fit_many(d, k, hdata, a.hash_epochs, a.batch, dev, cuda, a.fits)[0]
+            worst = 0.0
+            for i, t in enumerate(together):
+                alone = new_method("dive", d, k, hparams(a.hash_epochs, a.batch), 2027 + i, device=dev)
+                alone.fit(hdata, TrainLog(), progress=False)
+                sa, st = alone.state_dict(), t.state_dict()
+                worst = max(worst, max(float((sa[n] - st[n]).abs().max()) for n in sa))
+            res["together_weights"] = {"fits": a.fits, "max_abs_diff_vs_alone": worst, "epochs": a.hash_epochs}
+            print(f"{d}->{k} {a.fits} fits together vs alone after {a.hash_epochs} epochs: max |diff| {worst:.3g}",
                   flush=True)
         out["shapes"][shape] = res
         if a.out:

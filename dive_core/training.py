@@ -160,10 +160,11 @@ class CapturedStep:
 
     WARMUP = 3
 
-    def __init__(self, step: Callable[[torch.Tensor], tuple[list[str], torch.Tensor]], batch_size: int,
+    def __init__(self, step: Callable[[torch.Tensor], tuple[list[str], torch.Tensor]], batch_shape,
                  device: torch.device | str):
         self.step, self.device = step, torch.device(device)
-        self.idx = torch.empty(int(batch_size), dtype=torch.long, device=self.device)
+        shape = (int(batch_shape),) if isinstance(batch_shape, int) else tuple(batch_shape)
+        self.idx = torch.empty(shape, dtype=torch.long, device=self.device)  # (batch,) or (fits, batch)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.out: tuple[list[str], torch.Tensor] | None = None
         self.warm = 0
@@ -195,8 +196,8 @@ def run_epochs(
     batch_size: int,
     lr: float,
     weight_decay: float,
-    seed: int,
-    log_: TrainLog,
+    seed: int | Sequence[int],
+    log_: TrainLog | Sequence[TrainLog],
     phase: str = "train",
     desc: str = "train",
     progress: bool = True,
@@ -214,6 +215,12 @@ def run_epochs(
     other scalars to log (already weighted); every logged value is averaged over the epoch's
     items (batch means weighted by batch size), so ``rho`` is the fraction of the epoch's
     triplets that were active. Shuffling uses its own generator seeded by ``seed``.
+
+    Several fits at once (:meth:`dive_core.methods.base.TorchMethod.fit_together`): ``seed`` a list
+    of S seeds and ``log_`` a list of S logs. Each fit shuffles with its own generator, as it would
+    alone; ``batch_loss(idx)`` then takes the (S, b) indices of the S fits' batches and returns
+    (S,) values per term (their ``"loss"`` is summed for the backward pass: each fit's parameters
+    receive its own loss's gradient), and each fit's terms go to its own log.
 
     ``precision``: ``fp32``, or ``bf16`` to run ``batch_loss`` under bfloat16 autocast (matrix
     products in bf16; parameters, gradients and the optimiser stay fp32). The optimiser is
@@ -242,16 +249,23 @@ def run_epochs(
         with autocast:
             out = batch_loss(idx)
         opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
+        (out["loss"].sum() if stacked else out["loss"]).backward()
         opt.step()
         if after_step:
             after_step()
         # one stacked vector per step (not three ops per logged term)
-        return list(out), torch.stack([val.detach().reshape(()).to(torch.float64) for val in out.values()]) * len(idx)
+        shape = (len(seeds),) if stacked else ()
+        return list(out), torch.stack([val.detach().reshape(shape).to(torch.float64)
+                                       for val in out.values()]) * idx.shape[-1]
 
-    captured = CapturedStep(step, batch_size, device) if graph else None
-    gen = torch.Generator().manual_seed(int(seed))
-    first_epoch = len([r for r in log_.rows]) + 1
+    seeds = [int(seed)] if isinstance(seed, int) else [int(s) for s in seed]
+    logs = [log_] if isinstance(log_, TrainLog) else list(log_)
+    stacked = not isinstance(seed, int)  # several fits: (S, b) batches, (S,) terms
+    if len(logs) != len(seeds):
+        raise ValueError(f"{desc}: {len(seeds)} seeds but {len(logs)} logs")
+    captured = CapturedStep(step, (len(seeds), batch_size) if stacked else batch_size, device) if graph else None
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    first_epoch = len(logs[0].rows) + 1
     bar = tqdm(range(epochs), desc=desc, unit="epoch", disable=not progress, mininterval=5.0)
     for e in bar:
         t0 = time.perf_counter()
@@ -261,21 +275,27 @@ def run_epochs(
         keys: list[str] = []
         sums = None  # the logged terms of the epoch, one float64 vector in the order of ``keys``
         # cpu: one order on every device; copied to the device once per epoch, not once per step
-        for idx in torch.randperm(n_items, generator=gen).to(device).split(batch_size):
-            names, v = captured(idx) if captured is not None and len(idx) == batch_size else step(idx)
+        order = torch.stack([torch.randperm(n_items, generator=g) for g in gens]).to(device)
+        for idx in order.split(batch_size, dim=1):
+            idx = idx if stacked else idx[0]
+            names, v = captured(idx) if captured is not None and idx.shape[-1] == batch_size else step(idx)
             if not keys:
                 keys = names
             elif names != keys:
                 raise ValueError(f"{desc}: batch_loss returned terms {names}, earlier {keys}")
             sums = v.clone() if sums is None else sums + v  # v may be a graph's output, rewritten by its next replay
-        means = dict(zip(keys, (float(x) / n_items for x in sums.tolist()))) if sums is not None else {"loss": 0.0}
-        if not math.isfinite(means["loss"]):
-            raise FloatingPointError(f"{desc}: non-finite loss in epoch {first_epoch + e}")
-        row = {"epoch": first_epoch + e, "phase": phase}
-        row.update({k: v for k, v in means.items() if k != "loss"})
-        row["total"] = means["loss"]
-        row["seconds"] = time.perf_counter() - t0
-        log_.add(row)
+        seconds = time.perf_counter() - t0
+        per_fit = sums.reshape(len(keys), -1).T.tolist() if sums is not None else [None] * len(seeds)
+        for fit_seed, fit_log, values in zip(seeds, logs, per_fit):
+            means = dict(zip(keys, (float(x) / n_items for x in values))) if values is not None else {"loss": 0.0}
+            if not math.isfinite(means["loss"]):
+                which = f" (the fit of seed {fit_seed})" if stacked else ""
+                raise FloatingPointError(f"{desc}: non-finite loss in epoch {first_epoch + e}{which}")
+            row = {"epoch": first_epoch + e, "phase": phase}
+            row.update({k: v for k, v in means.items() if k != "loss"})
+            row["total"] = means["loss"]
+            row["seconds"] = seconds
+            fit_log.add(row)
         bar.set_postfix(loss=f"{row['total']:.4f}")
     bar.close()
 

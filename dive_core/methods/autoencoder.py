@@ -26,6 +26,7 @@ from .base import TorchMethod, register
 class Autoencoder(TorchMethod):
     type = "autoencoder"
     cuda_graph = True  # batch_loss: fixed shapes, no host synchronisation
+    stackable = True  # seeds may train together (TorchMethod.fit_together)
 
     def build(self) -> None:
         d, k, r = self.d, self.k, int(self.hp["hidden"])

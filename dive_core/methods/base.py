@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -248,9 +248,60 @@ class TorchMethod(Method):
     #: (:class:`dive_core.training.CapturedStep`)
     cuda_graph: ClassVar[bool] = False
 
+    #: whether several fits of this type (seeds) may train together (:meth:`fit_together`): its
+    #: ``fit`` is the plain one and its ``batch_loss`` a function of ``self.net``'s tensors that
+    #: ``torch.func.vmap`` maps (no random op, no in-place update of module state)
+    stackable: ClassVar[bool] = False
+
     def graph_capturable(self) -> bool:
         """Whether this instance's training step may be recorded as a CUDA graph."""
         return self.cuda_graph
+
+    @staticmethod
+    def fit_together(methods: Sequence["TorchMethod"], data: FitData, logs: Sequence[TrainLog],
+                     progress: bool = True) -> None:
+        """Train several fits of one method (the same type and hyperparameters, each built with its
+        own seed) in one process, as the shared loop trains one: their parameters stacked
+        (``torch.func.stack_module_state``), every step's ``batch_loss`` of all fits in one
+        ``torch.func.vmap`` call over their stacked parameters and their own batches, each fit
+        shuffling with its own generator (its seed's, :func:`~dive_core.training.run_epochs`), and
+        AdamW over the stacked tensors (elementwise, so each fit's slice is updated as it would be
+        alone). On a GPU the small steps of several fits then share each kernel launch. Each fit's
+        weights and log end where its own ``fit`` would put them, up to the rounding of batched
+        kernels (tests/test_fit_together.py)."""
+        from torch.func import functional_call, stack_module_state, vmap
+
+        first = methods[0]
+        same = {(type(m), m.d, m.k, repr(sorted(m.hp.items())), m.precision, str(m.device)) for m in methods}
+        if len(same) != 1:
+            raise ValueError("fit_together: the fits differ in type, dimensions, hyperparameters, precision or "
+                             "device; only their seeds may differ")
+        if not type(first).stackable or type(first).fit is not TorchMethod.fit:
+            raise ValueError(f"fit_together: method {first.type!r} does not train as a plain stack of fits")
+        if len({m.seed for m in methods}) != len(methods):
+            raise ValueError("fit_together: two fits share a seed")
+        for m in methods:
+            m.net.to(data.device).train()
+        params, buffers = stack_module_state([m.net for m in methods])
+        shell = torch.nn.Module()  # calls first.batch_loss with first.net's tensors swapped for one fit's slice
+        shell.net = first.net
+        shell.forward = lambda idx: first.batch_loss(data, idx)
+
+        def one(p, b, idx):
+            return functional_call(shell, {**{f"net.{k}": v for k, v in p.items()},
+                                           **{f"net.{k}": v for k, v in b.items()}}, (idx,))
+
+        hp = first.hp
+        stacked_loss = vmap(one)  # over the fits: their parameter slices, buffers and (b,) batches
+        run_epochs(list(params.values()), lambda idx: stacked_loss(params, buffers, idx), first.n_items(data),
+                   epochs=int(hp["epochs"]), batch_size=int(hp["batch_size"]), lr=float(hp["lr"]),
+                   weight_decay=float(hp["weight_decay"]), seed=[m.seed for m in methods], log_=list(logs),
+                   phase="train", desc=f"{first.type}:train x{len(methods)}", progress=progress,
+                   device=data.device, precision=first.precision, cuda_graph=first.graph_capturable())
+        with torch.no_grad():
+            for i, m in enumerate(methods):
+                m.net.load_state_dict({**{k: v[i] for k, v in params.items()}, **{k: v[i] for k, v in buffers.items()}})
+                m.net.eval()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return dict(self.net.state_dict())

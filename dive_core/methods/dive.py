@@ -26,6 +26,7 @@ from .base import TorchMethod, register
 class DIVE(TorchMethod):
     type = "dive"
     cuda_graph = True  # batch_loss: fixed shapes, no host synchronisation
+    stackable = True  # seeds may train together (TorchMethod.fit_together)
     def build(self) -> None:
         self.net = nn.ModuleDict({"adapter": ResidualMLP(self.d, int(self.hp["hidden"]))}).to(self.device)
         loss_cls = HingeTripletLoss if self.hp["triplet_loss"] == "hinge" else SoftplusTripletLoss
