@@ -5,13 +5,16 @@ FAISS version are recorded.
 
 Per index (one corpus matrix at one dimension):
 
-* ``index_bytes`` = ntotal x ``bytes_per_vector`` (the codes FAISS stores; float32: 4d per vector);
+* ``index_bytes`` = ntotal x ``bytes_per_vector`` (the codes FAISS stores; float32: 4d per vector;
+  a k-sparse code: 4 bytes per active latent, :mod:`dive_core.sparse`), and ``searched_bytes``, what
+  the search holds and reads (FAISS flat: the same; the sparse search's float32 / int32 structure:
+  about twice its codes);
 * single-query latency: ``n_single`` searches of one query each (top-10), the median and the
   99th percentile within a repetition, then the median of each over the repetitions;
 * batched throughput: all evaluated queries in one ``search`` call, queries per second, median
   over repetitions;
 * the physical limit: a single-query flat search must read the whole index once, so
-  ``lower_bound_ms = index_bytes / bandwidth`` with the bandwidth of a streaming read from main
+  ``lower_bound_ms = searched_bytes / bandwidth`` with the bandwidth of a streaming read from main
   memory measured in the same run (:func:`memory_bandwidth`), and ``latency_ratio_to_bound`` =
   measured median / lower bound. An index that fits in the CPU caches is read faster than main
   memory streams (a ratio below 1), so the row also holds ``read_ms_same_size``, the time to read
@@ -30,7 +33,7 @@ import numpy as np
 
 from .provenance import cpu_model
 from .retrieval import build_index, bytes_per_vector
-from .sparse import SparseCorpus, code_bytes, sparse_rows
+from .sparse import SPARSE_ENCODING, SparseCorpus, stored_form
 
 
 def faiss_info() -> dict:
@@ -84,9 +87,12 @@ def time_index(docs: np.ndarray, queries: np.ndarray, k: int = 10, n_single: int
         index = build_index(docs, use_gpu)
         q = np.ascontiguousarray(queries, dtype=np.float32)
         singles = [q[i % len(q)][None, :] for i in range(n_single)]
+        searched = int(docs.shape[0]) * bytes_per_vector("float32", int(docs.shape[1]))
     else:
-        index, q = SparseCorpus(sparse_rows(docs, "float16")), sparse_rows(queries)
+        stored, q = stored_form(docs, queries)
+        index = SparseCorpus(stored)
         singles = [q[i % q.shape[0]] for i in range(n_single)]  # one-row sparse matrices
+        searched = index.nbytes
     med, p99, qps = [], [], []
     for _ in range(repeats):
         for x in singles[:warmup]:
@@ -104,6 +110,7 @@ def time_index(docs: np.ndarray, queries: np.ndarray, k: int = 10, n_single: int
         qps.append(q.shape[0] / (time.perf_counter() - t0))
     return {"latency_ms_median": statistics.median(med), "latency_ms_p99": statistics.median(p99),
             "throughput_qps": statistics.median(qps), "n_single": n_single, "batch_queries": int(q.shape[0]),
+            "searched_bytes": searched,
             "repeats": repeats, "k": k}
 
 
@@ -117,14 +124,16 @@ def measure(entries: Sequence[tuple], bandwidth_gb_s: float, **timing) -> list[d
     for method, dim, docs, queries, *rest in entries:
         active = rest[0] if rest else None
         n, d = docs.shape
-        bpv = bytes_per_vector("float32", d) if active is None else code_bytes(active, d)
+        bpv = bytes_per_vector("float32" if active is None else SPARSE_ENCODING, d, active)
         row = {"method": method, "dim": int(dim), "active": active, "n_docs": int(n), "bytes_per_vector": bpv,
                "index_bytes": int(n) * bpv, **time_index(docs, queries, active=active, **timing)}
-        row["lower_bound_ms"] = row["index_bytes"] / (bandwidth_gb_s * 1e9) * 1e3
+        # the bound and the same-size read use the bytes the search reads: a FAISS flat index holds
+        # the stored vectors; the sparse search a float32 / int32 structure, about twice the codes
+        row["lower_bound_ms"] = row["searched_bytes"] / (bandwidth_gb_s * 1e9) * 1e3
         row["latency_ratio_to_bound"] = row["latency_ms_median"] / row["lower_bound_ms"]
         # an index that fits in the caches is read faster than DRAM streams: the same-size read
-        row["read_ms_same_size"] = read_time_ms(row["index_bytes"], repeats=timing.get("repeats", 5),
-                                                inner=max(1, min(20, int(2e9 // max(row["index_bytes"], 1)))))
+        row["read_ms_same_size"] = read_time_ms(row["searched_bytes"], repeats=timing.get("repeats", 5),
+                                                inner=max(1, min(20, int(2e9 // max(row["searched_bytes"], 1)))))
         row["latency_ratio_to_read"] = row["latency_ms_median"] / row["read_ms_same_size"]
         rows.append(row)
     full = rows[0]
@@ -174,15 +183,14 @@ def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, do
     (:data:`dive_core.sparse.SPARSE_ENCODING`: (index, fp16 value) pairs, searched exactly)."""
     from .evaluation import evaluate_vectors
     from .retrieval import ENCODINGS, RESCORE_OVERSAMPLE
-    from .sparse import SPARSE_ENCODING, code_bytes, sparse_rows
 
     if active is not None:
-        docs, queries, encodings = sparse_rows(docs, "float16"), sparse_rows(queries), (SPARSE_ENCODING,)
+        (docs, queries), encodings = stored_form(docs, queries), (SPARSE_ENCODING,)
     rows = []
     for enc in encodings or ENCODINGS:
         _, summary = evaluate_vectors(docs, doc_ids, queries, manifest, stage, top_k, use_gpu=False, encoding=enc)
-        size = code_bytes(active, k) if enc == SPARSE_ENCODING else bytes_per_vector(enc, k)
-        rows.append({"method": method, "dim": int(k), "active": active, "encoding": enc, "bytes_per_vector": size,
+        rows.append({"method": method, "dim": int(k), "active": active, "encoding": enc,
+                     "bytes_per_vector": bytes_per_vector(enc, k, active),
                      "n_queries": summary["n_queries"], **{m: summary["metrics"][m] for m in ("ndcg@10", "recall@10")},
                      "rescore_oversample": RESCORE_OVERSAMPLE if enc == "binary_rescore" else None})
     return rows

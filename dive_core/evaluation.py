@@ -14,7 +14,7 @@ from . import records
 from .embeddings import Embeddings
 from .metrics import _top, evaluate, mean_metrics
 from .retrieval import search
-from .sparse import SPARSE_ENCODING, sparse_rows
+from .sparse import SPARSE_ENCODING, stored_form
 from .splits import STAGES, eval_queries, role_qrels
 
 
@@ -30,7 +30,7 @@ def evaluate_method(method, emb: Embeddings, manifest: Mapping, stage: str, top_
     docs = method.compress(emb.docs, out=emb.docs if in_place else None)
     queries = method.compress(emb.query_rows(qids), side="query")
     if method.sparse_codes and encoding in ("float32", SPARSE_ENCODING):  # k-sparse codes (csr): the corpus
-        docs, queries = sparse_rows(docs, "float16"), sparse_rows(queries)  # as stored (fp16 values), searched
+        docs, queries = stored_form(docs, queries)  # as stored (fp16 values), searched
         encoding = SPARSE_ENCODING                                         # exactly (dive_core.sparse)
     compress_seconds = time.perf_counter() - t0
     per_query, summary = evaluate_vectors(docs, emb.doc_ids, queries, manifest, stage, top_k, use_gpu, encoding)

@@ -225,7 +225,8 @@ class BeirDenseModel:
     ``beir.retrieval.search.dense.DenseRetrievalExactSearch`` with ``score_function="dot"`` (the
     vectors are L2-normalised, so dot = cosine).
 
-    ``BeirDenseModel(folder)``: a sentence-transformers export (MiniLM). For any other backbone
+    ``BeirDenseModel(folder)``: a sentence-transformers export (MiniLM; a csr export's codes as dense
+    rows of its latents). For any other backbone
     (LLM2Vec), pass the compressor folder and the backbone that made the training embeddings,
     ``BeirDenseModel(folder, backbone=dive_core.backbones.build_backbone(...))``: it encodes
     queries with the dataset's instruction and documents without, as the workflow's embed job.
@@ -234,11 +235,17 @@ class BeirDenseModel:
     def __init__(self, folder: str | Path, backbone=None, device: str = "cpu"):
         folder = Path(folder)
         self.backbone, self.st = backbone, None
+        self.sparse = False
         if backbone is None:
-            from sentence_transformers import SentenceTransformer
+            from sentence_transformers import SentenceTransformer, SparseEncoder
 
-            # sentence-transformers' own modules only (an old-format folder is refused, naming the fix)
-            self.st = SentenceTransformer(str(check_model_folder(folder)), device=device)
+            # sentence-transformers' own modules only (an old-format folder is refused, naming the fix);
+            # a k-sparse compressor's export is a SparseEncoder folder, whose codes come back dense here
+            st_config = folder / "config_sentence_transformers.json"
+            self.sparse = st_config.is_file() and json.loads(st_config.read_text(encoding="utf-8")).get(
+                "model_type") == "SparseEncoder"
+            self.st = (SparseEncoder if self.sparse else SentenceTransformer)(str(check_model_folder(folder)),
+                                                                              device=device)
         else:
             self.compressor = load_compressor(folder, device)
 
@@ -246,6 +253,9 @@ class BeirDenseModel:
         if self.st is not None:  # encode_query / encode_document: the backbone's own prompts (EmbeddingGemma's),
             # and the task by which the Router of an asymmetric compressor takes queries to its query map
             encode = self.st.encode_query if queries else self.st.encode_document
+            if self.sparse:
+                return encode(texts, batch_size=batch_size, convert_to_tensor=True, convert_to_sparse_tensor=False,
+                              show_progress_bar=False).cpu().numpy()
             return encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
         from .embeddings import l2_normalize
 

@@ -26,14 +26,20 @@ from typing import Collection, Sequence
 
 import numpy as np
 
-from .sparse import SPARSE_ENCODING, SparseCorpus, is_sparse
+from .sparse import SPARSE_ENCODING, SparseCorpus, code_bytes, is_sparse
 
 ENCODINGS = ("float32", "float16", "sq8", "binary", "binary_rescore")
 RESCORE_OVERSAMPLE = 4  # candidates re-ranked per result slot (sentence-transformers' default multiplier)
 
 
-def bytes_per_vector(encoding: str, d: int) -> int:
-    """Bytes one corpus vector takes in the index under ``encoding``."""
+def bytes_per_vector(encoding: str, d: int, active: int | None = None) -> int:
+    """Bytes one corpus vector takes in the index under ``encoding``; ``sparse``: a k-sparse code of
+    ``active`` non-zeros among ``d`` latents, stored as (index, fp16 value) pairs
+    (:func:`dive_core.sparse.code_bytes`)."""
+    if encoding == SPARSE_ENCODING:
+        if active is None:
+            raise ValueError("a sparse code's bytes need its number of active latents")
+        return code_bytes(active, d)
     if encoding == "float32":
         return 4 * d
     if encoding == "float16":

@@ -68,16 +68,31 @@ class SparseCorpus:
     def __init__(self, docs):
         self.docs = sparse_rows(docs)
         self.ntotal = int(self.docs.shape[0])
+        self.docs_t = self.docs.T.tocsr()  # (width, n): made once, not by every product
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the searched structure holds (float32 values, int32 indices, row pointers, of the
+        transposed corpus): about 8 per non-zero, twice a stored code's 4."""
+        t = self.docs_t
+        return int(t.data.nbytes + t.indices.nbytes + t.indptr.nbytes)
 
     def search(self, queries, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = sparse_rows(queries)
         if q.shape[1] != self.docs.shape[1]:
             raise ValueError(f"dimension mismatch: docs {self.docs.shape[1]} vs queries {q.shape[1]}")
         step = max(1, QUERY_BLOCK_BYTES // (4 * max(1, self.ntotal)))
-        parts = [top_rows((q[s:s + step] @ self.docs.T).toarray(), k) for s in range(0, q.shape[0], step)]
+        parts = [top_rows((q[s:s + step] @ self.docs_t).toarray(), k) for s in range(0, q.shape[0], step)]
         if not parts:
             return np.zeros((0, min(k, self.ntotal)), np.float32), np.zeros((0, min(k, self.ntotal)), np.int64)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def stored_form(docs, queries):
+    """A corpus of k-sparse codes as stored (fp16 values; :func:`code_bytes`) and its queries as
+    computed (float32), both as ``scipy.sparse`` rows: what evaluation, the frontier and the
+    efficiency study search."""
+    return sparse_rows(docs, "float16"), sparse_rows(queries)
 
 
 def is_sparse(x) -> bool:

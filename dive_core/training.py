@@ -163,7 +163,7 @@ class CapturedStep:
     def __init__(self, step: Callable[[torch.Tensor], tuple[list[str], torch.Tensor]], batch_shape,
                  device: torch.device | str):
         self.step, self.device = step, torch.device(device)
-        shape = (int(batch_shape),) if isinstance(batch_shape, int) else tuple(batch_shape)
+        shape = tuple(batch_shape) if isinstance(batch_shape, (list, tuple)) else (int(batch_shape),)
         self.idx = torch.empty(shape, dtype=torch.long, device=self.device)  # (batch,) or (fits, batch)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.out: tuple[list[str], torch.Tensor] | None = None
@@ -258,9 +258,9 @@ def run_epochs(
         return list(out), torch.stack([val.detach().reshape(shape).to(torch.float64)
                                        for val in out.values()]) * idx.shape[-1]
 
-    seeds = [int(seed)] if isinstance(seed, int) else [int(s) for s in seed]
-    logs = [log_] if isinstance(log_, TrainLog) else list(log_)
-    stacked = not isinstance(seed, int)  # several fits: (S, b) batches, (S,) terms
+    stacked = isinstance(seed, (list, tuple))  # several fits: (S, b) batches, (S,) terms
+    seeds = [int(s) for s in seed] if stacked else [int(seed)]
+    logs = list(log_) if stacked else [log_]
     if len(logs) != len(seeds):
         raise ValueError(f"{desc}: {len(seeds)} seeds but {len(logs)} logs")
     captured = CapturedStep(step, (len(seeds), batch_size) if stacked else batch_size, device) if graph else None
@@ -284,8 +284,8 @@ def run_epochs(
             elif names != keys:
                 raise ValueError(f"{desc}: batch_loss returned terms {names}, earlier {keys}")
             sums = v.clone() if sums is None else sums + v  # v may be a graph's output, rewritten by its next replay
-        seconds = time.perf_counter() - t0
         per_fit = sums.reshape(len(keys), -1).T.tolist() if sums is not None else [None] * len(seeds)
+        seconds = time.perf_counter() - t0  # after the read above, which waits for the device
         for fit_seed, fit_log, values in zip(seeds, logs, per_fit):
             means = dict(zip(keys, (float(x) / n_items for x in values))) if values is not None else {"loss": 0.0}
             if not math.isfinite(means["loss"]):

@@ -163,6 +163,10 @@ def test_config_refuses_a_versus_outside_the_study_and_a_dense_sparse_method():
     with pytest.raises(ConfigError, match=r"experiments.csr.versus\[0\] = 'smec' is not one of the experiment's"):
         check(plan.expand(bad), registry)
     bad = copy.deepcopy(raw)
+    bad["experiments"]["heads"]["versus"] = ["dive"]
+    with pytest.raises(ConfigError, match="experiments.heads.versus: only a main or tuned study draws its paired"):
+        check(plan.expand(bad), registry)
+    bad = copy.deepcopy(raw)
     bad["efficiency"]["sparse_method"] = "dive"
     with pytest.raises(ConfigError, match="efficiency.sparse_method = 'dive' is of type 'dive', whose vectors are dense"):
         check(plan.expand(bad), registry)
@@ -238,6 +242,10 @@ def test_stored_bytes_frontier_row_and_timed_search_of_a_code(problem, mtype, mo
     assert [r["active"] for r in rows] == [None, TOPK]
     assert rows[1]["bytes_per_vector"] == 4 * TOPK and rows[1]["index_bytes"] == len(out) * 4 * TOPK
     assert rows[1]["memory_ratio_to_full"] == 4 * D / (4 * TOPK) and rows[1]["latency_ms_median"] > 0
+    # the bound reads what the search holds: FAISS the stored vectors, scipy float32 values and int32 indices
+    assert rows[0]["searched_bytes"] == rows[0]["index_bytes"]
+    nnz = int((out.astype(np.float16) != 0).sum())  # the non-zeros as stored
+    assert rows[1]["searched_bytes"] == 8 * nnz + 4 * (H + 1) > rows[1]["index_bytes"] >= 4 * nnz
 
 
 # --------------------------------------------------------------------------- sparse search
@@ -325,7 +333,7 @@ def test_export_is_a_sparse_encoder_folder_whose_codes_equal_the_workflows(tmp_p
     from test_export import MINILM, TEXTS, isolated_encode
 
     from dive_core.embeddings import l2_normalize
-    from dive_core.export import _backbone_model, export, load_compressor
+    from dive_core.export import BeirDenseModel, _backbone_model, export, load_compressor
 
     wide = make_problem(d=384, k=16, n_docs=120, n_train=40, n_val=20)  # MiniLM's width
     m = new_method("csr", 384, 4 * 384, hparams("csr", expansion=4, topk=8, epochs=2, lr=3e-3), seed=0)
@@ -350,6 +358,8 @@ def test_export_is_a_sparse_encoder_folder_whose_codes_equal_the_workflows(tmp_p
     back = load_compressor(out)
     assert back.state_sha256() == m.state_sha256()
     assert np.array_equal(back.compress(l2_normalize(raw)), ref)
+    beir = BeirDenseModel(out)  # BEIR's dense exact search over the codes as dense rows
+    assert beir.sparse and np.abs(beir.encode_queries(TEXTS) - ref).max() < 1e-5
 
 
 def test_dive_compress_writes_the_codes_and_they_read_back_as_the_workflows(problem, tmp_path, capsys):
@@ -393,3 +403,9 @@ def test_dive_compress_writes_the_codes_and_they_read_back_as_the_workflows(prob
     assert rc == 2 and "(dive) writes dense vectors; sparse is for k-sparse codes" in err
     rc, _, err = cli([tmp_path / "model.pt", src, tmp_path / "dense.parquet", "--encoding", "float32"], capsys)
     assert rc == 0 and (tmp_path / "dense.parquet").is_file()  # the codes as dense rows, asked for
+    from dive_core import compress
+
+    with pytest.raises(compress.CompressError, match="compress.corpus: .* is a k-sparse compressor .csr: 4 of 128 "
+                                                      "latents.; the compress: jobs write dense vector files"):
+        compress.job_model(tmp_path / "model.pt", "corpus")
+    assert compress.job_model(dense, "corpus").type == "dive"

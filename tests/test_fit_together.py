@@ -48,13 +48,13 @@ def test_each_fit_ends_where_it_ends_alone(problem, mtype):
         assert sa.keys() == st.keys()
         for name in sa:
             worst = max(worst, float((sa[name] - st[name]).abs().max()))
-        assert torch.equal(torch.as_tensor(a.compress(problem.docs) != 0), torch.as_tensor(t.compress(problem.docs) != 0))
     assert worst < 1e-5, worst  # batched kernels round differently (a few 1e-8 on a CPU)
     print(f"{mtype}: largest |together - alone| over every weight: {worst:.3g}")
     for la, lt in zip(logs_alone, logs):
         assert len(la.rows) == len(lt.rows) == 3
         for ra, rt in zip(la.rows, lt.rows):
             assert ra.keys() == rt.keys()
+            assert (ra["epoch"], ra["phase"]) == (rt["epoch"], rt["phase"])
             for key in ra:
                 if key not in ("seconds", "phase", "epoch"):
                     assert math.isclose(ra[key], rt[key], rel_tol=1e-5, abs_tol=1e-7), (key, ra[key], rt[key])

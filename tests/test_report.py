@@ -180,8 +180,9 @@ def test_versus_named_baselines_at_their_own_k_and_the_bytes_of_sparse_codes(tmp
             ("frozen", "frozen", 384, 1): [1.0] * 4}
     results, per_query = [], {}
     for (m, mtype, k, seed), scores in runs.items():
-        entry = {"type": mtype, "topk": 64} if mtype == "csr" else {"type": mtype}
-        r = {**result(m, seed, sum(scores) / 4, 0.0, mtype=mtype), "k": k, "config": {"method_entry": entry}}
+        hp = {"topk": 64, "expansion": 4} if mtype == "csr" else {"lr": 1e-4}  # what the run trained with
+        r = {**result(m, seed, sum(scores) / 4, 0.0, mtype=mtype), "k": k,
+             "config": {"method_entry": {"type": mtype}, "hparams": hp}}
         results.append(r)
         per_query[run_key(r)] = pq(f"{m}-{seed}", scores)
     # by default a baseline at the same k only: no dive at csr's k = 1536

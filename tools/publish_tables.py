@@ -329,7 +329,7 @@ def publish(results: Path, docs: Path, experiments: list[str], configs: list[str
     """Copy the tables (and figures); returns the files written. ``suffix``: appended to each copy's
     name (``tuned`` -> ``tuned_scifact.md``), for a run whose table would replace a published one
     of the same name that holds more (another configuration's)."""
-    if suffix and not NAME.match(f"x{suffix}"):
+    if suffix and not re.fullmatch(r"[A-Za-z0-9_-]+", suffix):
         raise Refused(f"--suffix {suffix!r}: letters, digits, '_' and '-' only")
     cwd = Path.cwd() if cwd is None else cwd
     for c in configs:

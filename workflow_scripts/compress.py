@@ -10,7 +10,7 @@ if snakemake.rule == "compress_index":
     log.info("FAISS index of %s -> %s", snakemake.input[0], snakemake.output[0])
 else:
     e = snakemake.params.entry
-    method = compress.load_model(snakemake.input.model)
+    method = compress.job_model(snakemake.input.model, snakemake.wildcards.name)
     log.info("%s", compress.describe(compress.provenance(method, e["side"])))
     kw = dict(group=e["group"], id_column=e["id_column"], vector_column=e["vector_column"], progress=True,
               side=e["side"], allow_zero_rows=e["allow_zero_rows"], allow_duplicate_ids=e["allow_duplicate_ids"])

@@ -61,7 +61,7 @@ from .errors import CompressError
 from .files import OutSet, check_input, decode, decode_chunks, open_sets, read_metadata, write_output
 from .index import faiss_index, write_faiss_index
 from .jobs import SPOOL_SET, compress_file, compress_part, gather, part_range
-from .model import RUN_KEYS, describe, load_model, provenance
+from .model import RUN_KEYS, describe, job_model, load_model, provenance
 from .rows import (COMPUTE_BYTES, MIN_BATCH, WRITE_BYTES, chunk_rows, compress_rows, compressed_chunks, rechunk,
                    write_rows)
 
@@ -69,7 +69,7 @@ __all__ = [
     "COMPUTE_BYTES", "ENTRY_DEFAULTS", "MIN_BATCH", "RUN_KEYS", "SPOOL_SET", "WRITE_BYTES", "CompressError", "OutSet",
     "check_config", "check_input", "chunk_rows", "compress_file", "compress_part", "compress_rows", "compressed_chunks",
     "decode", "decode_chunks", "describe", "entries", "entry", "faiss_index", "gather", "job_inputs",
-    "load_model", "main", "open_sets", "output_files", "part_dirs", "part_range", "provenance",
+    "job_model", "load_model", "main", "open_sets", "output_files", "part_dirs", "part_range", "provenance",
     "read_metadata", "rechunk", "sq8_decode", "sq8_encode", "sq8_ranges", "targets", "write_faiss_index",
     "write_output", "write_rows",
 ]

@@ -215,7 +215,8 @@ def _compress_codes(method, sets, output: Path, model, id_column: str, rows, pro
                             "vectors; sparse is for k-sparse codes (csr)")
     if vector_format(output) != "parquet" or len(sets) != 1:
         raise CompressError(f"{output}: sparse codes are written to one Parquet file (.parquet), from one input "
-                            f"set ({len(sets)} here)")
+                            f"set ({len(sets)} here); --encoding float32 writes them as dense rows of "
+                            f"{method.k} values instead")
     check_input(method, sets, model, allow["allow_duplicate_ids"])
     (vf,) = sets
     record = records.compressed(provenance(method, side), vf, SPARSE_ENCODING, allowed=allowed(**allow))
@@ -223,5 +224,5 @@ def _compress_codes(method, sets, output: Path, model, id_column: str, rows, pro
         blocks = compressed_chunks(method, vf, 0, vf.n, rows, bar, side, _monitor(method, side, drift, vf),
                                    allow["allow_zero_rows"])
         output.parent.mkdir(parents=True, exist_ok=True)
-        return Path(write_codes(output, rechunk(blocks, write_rows(method.active)), vf.n, method.k, method.active,
+        return Path(write_codes(output, rechunk(blocks, write_rows(method.k)), vf.n, method.k, method.active,
                                 records.compressed_metadata(record), id_column))

@@ -32,6 +32,17 @@ def load_model(path: str | Path, device: str = "cpu"):
     return method
 
 
+def job_model(path, name: str):
+    """The compressor of the workflow's ``compress.<name>`` jobs, which write dense vector files: a
+    k-sparse compressor (csr) is refused, naming ``dive-compress``, which writes its codes."""
+    method = load_model(path)
+    if method.sparse_codes:
+        raise CompressError(f"compress.{name}: {path} is a k-sparse compressor ({method.type}: {method.active} of "
+                            f"{method.k} latents); the compress: jobs write dense vector files. Write its (index, "
+                            f"fp16 value) codes with: dive-compress {path} INPUT OUTPUT.parquet")
+    return method
+
+
 def _method(model, device: str = "cpu"):
     return model if hasattr(model, "compress") and hasattr(model, "k") else load_model(model, device)
 

@@ -290,12 +290,13 @@ def stored_bytes(type_name: str, k: int, hp: Mapping[str, Any]) -> int:
     """Bytes one vector of a ``type_name`` method with output dimension ``k`` takes as the main
     tables store it: a float32 vector (4k), or for a k-sparse type its code of ``active(hp)``
     (index, fp16 value) pairs (:func:`dive_core.sparse.code_bytes`)."""
-    s = spec(type_name)
-    if s.active is None:
-        return 4 * int(k)
-    from ..sparse import code_bytes
+    from ..retrieval import bytes_per_vector
+    from ..sparse import SPARSE_ENCODING
 
-    return code_bytes(s.active(hp), int(k))
+    active = spec(type_name).active
+    if active is None:
+        return bytes_per_vector("float32", int(k))
+    return bytes_per_vector(SPARSE_ENCODING, int(k), active(hp))
 
 
 def add_spec(spec: MethodSpec) -> MethodSpec:

@@ -92,6 +92,9 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
             if m not in exp.get("methods", []):
                 raise ConfigError(f"config: experiments.{ename}.method_seeds.{m}: {m!r} is not one of the "
                                   f"experiment's methods {exp.get('methods', [])}")
+        if exp.get("versus") and exp.get("study", "main") not in ("main", "tuned"):
+            raise ConfigError(f"config: experiments.{ename}.versus: only a main or tuned study draws its paired "
+                              f"tests (this one is study {exp.get('study')!r})")
         for i, m in enumerate(exp.get("versus") or []):
             if m not in exp.get("methods", []):
                 raise ConfigError(f"config: experiments.{ename}.versus[{i}] = {m!r} is not one of the "

@@ -11,7 +11,8 @@ SPARSE_NOTE = (
     "A `sparse` index holds k-sparse codes (CSR's top-k latents) as (uint16 index, fp16 value) pairs, indices "
     "included in its bytes, and is searched exactly by a sparse matrix product on one thread "
     "(dive_core/sparse.py: scipy, the scores of the latents a query shares with each document, then the top k), "
-    "not by FAISS. Its bound and ratios use the same bytes. Past one machine's memory such codes would go into an "
+    "not by FAISS. scipy holds the codes as float32 values and int32 indices, about twice the stored bytes: the "
+    "DRAM bound and the same-size read use those searched bytes. Past one machine's memory such codes would go into an "
     "inverted index (a posting list per latent, split by latent or by document across machines) that reads "
     "only the posting lists of a query's active latents; none is built here.")
 

@@ -7,9 +7,12 @@ from typing import Mapping, Sequence
 from .shared import StudyContext, StudyOutput, method_colors, pyplot, save, suptitle
 
 
-def dim_label(row: Mapping) -> str:
-    """A frontier row's dimension: ``64``, or for a k-sparse code ``16 of 1536`` (active of latents)."""
-    return f"{row['active']} of {row['dim']}" if row.get("active") else str(row["dim"])
+def dim_label(row: Mapping, unit: str = "") -> str:
+    """A frontier row's dimension: ``64`` (``unit``: ``64d``), or for a k-sparse code ``16 of 1536``
+    (active of latents; ``16 of 1536 latents`` with a unit)."""
+    if row.get("active"):
+        return f"{row['active']} of {row['dim']}" + (" latents" if unit else "")
+    return f"{row['dim']}{unit}"
 
 
 def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
@@ -45,7 +48,7 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         alone = max((x for x in small if x["encoding"] != "binary_rescore"), key=lambda x: x["ndcg@10"], default=None)
         for label, x in (("", best), (" with nothing outside the index (no re-scoring)", alone)):
             if x:
-                lines += ["", f"Best at 64 bytes or fewer per vector{label}: **{x['method']} {dim_label(x)}d in "
+                lines += ["", f"Best at 64 bytes or fewer per vector{label}: **{x['method']} {dim_label(x, 'd')} in "
                               f"{x['encoding']}** ({x['bytes_per_vector']} B, nDCG@10 {x['ndcg@10']:.4f}, "
                               f"R@10 {x['recall@10']:.4f})."]
         lines.append("")
@@ -56,7 +59,7 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                                  squeeze=False)  # one row per dataset (and backbone)
         markers = {"float32": "o", "float16": "s", "sq8": "^", "binary": "x", "binary_rescore": "P", "sparse": "D"}
         methods = list(dict.fromkeys(x["method"] for r in results for x in r["rows"]))
-        # the frontier's runs are the configured methods, named by their type
+        # the frontier's runs are configured methods: one colour per method name (csr-k8 is not a type)
         colors = {**method_colors({m: m for m in methods if m != "frozen"}), "frozen": "0.35"}
         for row, r in zip(axes, results):
             for ax, metric, label in zip(row, ("ndcg@10", "recall@10"), ("nDCG@10", "Recall@10")):

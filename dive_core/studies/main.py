@@ -22,25 +22,25 @@ DOC_DISJOINT_NOTE = (
 
 def stored_bytes_markdown(results: Sequence[Mapping]) -> str:
     """Where a study holds k-sparse codes (csr): the bytes one stored vector of each method takes,
-    indices included, so that methods of different k are compared at the bytes they store."""
+    indices included, so that methods of different k are compared at the bytes they store (read
+    from each run's record: its type, k and the hyperparameters it trained with)."""
     from ..methods.specs import SPECS, stored_bytes
 
     sized = {}
     for r in results:
-        hp = (r.get("config") or {}).get("method_entry") or {}
         if r["method_type"] != "frozen":
-            sized[r["method"]] = (r["k"], SPECS[r["method_type"]].active, stored_bytes(r["method_type"], r["k"], hp))
-    if not any(active for _, active, _ in sized.values()):
+            hp = (r.get("config") or {}).get("hparams") or {}
+            active = SPECS[r["method_type"]].active
+            form = f"{active(hp)} of {r['k']} latents (sparse)" if active else f"{r['k']} float32"
+            sized[r["method"]] = (form, stored_bytes(r["method_type"], r["k"], hp), active is not None)
+    if not any(sparse for _, _, sparse in sized.values()):
         return ""
     lines = ["", "### Bytes per stored vector", "",
              "A dense method's vector is stored in float32 (4 bytes per dimension); a k-sparse code (CSR's top-k "
              "latents) as its non-zeros alone, an (index uint16, value float16) pair each, 4 bytes per active "
              "latent, and is evaluated over those fp16 values (dive_core/sparse.py).", "",
              "| method | stored as | bytes per vector |", "|---|---|---|"]
-    for m, (k, active, size) in sized.items():
-        hp = next(((r.get("config") or {}).get("method_entry") or {}) for r in results if r["method"] == m)
-        form = f"{active(hp)} of {k} latents (sparse)" if active else f"{k} float32"
-        lines.append(f"| {m} | {form} | {size} |")
+    lines += [f"| {m} | {form} | {size} |" for m, (form, size, _) in sized.items()]
     return "\n".join(lines) + "\n"
 
 

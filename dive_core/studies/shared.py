@@ -14,11 +14,11 @@ from ..atomic import atomic_path
 
 REFERENCE_STYLE = dict(color="0.85", edgecolor="0.3", hatch="//", linewidth=0.8)  # frozen in every bar chart
 # one colour per compressed method type in every figure (tab10 without its grey, which is frozen's)
-METHOD_COLORS = dict(zip(("truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive"),
-                         ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")))
+METHOD_COLORS = dict(zip(("truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive", "csr", "csr_free"),
+                         ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+                          "#bcbd22")))
 # by position: variants of one type; long enough that a figure of 15 methods repeats no colour
-PALETTE = (*METHOD_COLORS.values(), "#bcbd22", "#17becf", "#393b79", "#e6550d", "#31a354", "#756bb1", "#843c39",
-           "#637939")
+PALETTE = (*METHOD_COLORS.values(), "#393b79", "#e6550d", "#31a354", "#756bb1", "#843c39", "#637939")
 
 
 @dataclass
