@@ -182,6 +182,8 @@ def configured_hparams():
         if t not in out:  # the first entry of each type
             out[t] = plan.method_hparams(cfg, name)
     out["mrl"]["min_prefix"] = 4
+    for t in ("csr", "csr_free"):  # the configured 64 active latents need H >= 256: 4 of these small inputs' H
+        out[t]["topk"] = 4
     return out
 
 

@@ -29,6 +29,8 @@ def configured(mtype):
     entry = dict(cfg["methods"][name])
     if mtype == "mrl":
         entry["min_prefix"] = 4  # k = 8 here
+    if mtype in ("csr", "csr_free"):
+        entry["topk"] = 4  # the configured 64 active latents need H = 4d >= 256 (d = 32 here)
     return resolve_hparams(name, entry, {**cfg["training"], **FAST, "epochs": 2, "doc_epochs": 2})
 
 

@@ -66,9 +66,11 @@ def test_the_papers_4096d_shapes_run_every_method_study_and_table(generated_beir
         # the studies that cover every trained method (main at k = 128, secondary at k = 256) and every
         # H (heads); the other studies add only more runs of the same methods at these shapes
         "experiments": {"heads": {"heads": [2, 4, 8, 16, 32]},
+                        # csr, arrival_csr: CSR's 4 x 4096 = 16,384 latents (a 67M-weight encoder) and the
+                        # learning-rate audit behind csr-tuned would add most of this test's time
                         **{name: {"enabled": False} for name in ("lr_audit", "tuned", "ablation", "unsupervised",
                                                                  "doc_disjoint", "efficiency", "frontier",
-                                                                 "arrival")}},
+                                                                 "arrival", "csr", "arrival_csr")}},
         # SMEC needs one epoch for each of its 5 stages at 4096 -> 128 (plan.check refuses 3)
         "methods": {"smec": {"epochs": 5}},
     }
