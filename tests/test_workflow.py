@@ -265,7 +265,7 @@ def test_the_lr_audit_reads_validation_results_only(workdir):
     out = snakemake(workdir, "-n", "-f", "results/selection/minilm/lr_audit.json").stdout
     block = out.split("rule select:")[1].split("output:")[0]
     inputs = block.split("input:")[1].strip().split(", ")
-    assert len(inputs) == 10 and all("/select/seed2027/eval.json" in p for p in inputs), inputs
+    assert len(inputs) == 13 and all("/select/seed2027/eval.json" in p for p in inputs), inputs  # 4 audited x 3 + DIVE
     assert "/final/" not in block
     from dive_core.selection import select
 
