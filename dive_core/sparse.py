@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .vectors import ID_COLUMN
+
 SPARSE_ENCODING = "sparse"  # the encoding name of a stored k-sparse code: (uint16 index, fp16 value) pairs
 UINT16_LATENTS = 1 << 16  # latents a uint16 index addresses
 VALUE_BYTES = 2  # fp16
@@ -29,7 +31,12 @@ def code_bytes(active: int, width: int, value_bytes: int = VALUE_BYTES) -> int:
     for ``width <= 65,536``, else uint32) and a value (fp16 by default) per non-zero."""
     if not 1 <= int(active) <= int(width):
         raise ValueError(f"a code has 1 to width = {width} non-zeros, got {active}")
-    return int(active) * ((2 if int(width) <= UINT16_LATENTS else 4) + int(value_bytes))
+    return int(active) * (index_dtype(width).itemsize + int(value_bytes))
+
+
+def index_dtype(width: int) -> np.dtype:
+    """The index type of a code among ``width`` latents: uint16 up to 65,536 latents, else uint32."""
+    return np.dtype(np.uint16 if int(width) <= UINT16_LATENTS else np.uint32)
 
 
 def sparse_rows(x, value_dtype: str = "float32"):
@@ -115,10 +122,10 @@ def top_pairs(x: np.ndarray, active: int) -> tuple[np.ndarray, np.ndarray]:
     code_bytes(active, width)  # refuses an impossible count
     idx = np.sort(np.argpartition(-x, active - 1, axis=1)[:, :active], axis=1)
     vals = np.take_along_axis(x, idx, 1).astype(np.float16)
-    return idx.astype(np.uint16 if width <= UINT16_LATENTS else np.uint32), vals
+    return idx.astype(index_dtype(width)), vals
 
 
-def write_codes(path, blocks, n: int, width: int, active: int, metadata=None, id_column: str = "id"):
+def write_codes(path, blocks, n: int, width: int, active: int, metadata=None, id_column: str = ID_COLUMN):
     """Write ``n`` k-sparse codes to the Parquet file ``path`` (under a temporary name, renamed when
     every row is written): an id column, ``indices`` and ``values`` (fixed-size lists of ``active``
     uint16 / fp16 each, :func:`top_pairs`), the width in the file's metadata. ``blocks``: ``(ids,
@@ -130,7 +137,7 @@ def write_codes(path, blocks, n: int, width: int, active: int, metadata=None, id
 
     from .atomic import atomic_path
 
-    index_type = pa.uint16() if width <= UINT16_LATENTS else pa.uint32()
+    index_type = pa.from_numpy_dtype(index_dtype(width))
     meta = {**{str(k): str(v) for k, v in (metadata or {}).items()},
             CODES_META_KEY: json.dumps({"width": int(width), "active": int(active), "index": str(index_type),
                                         "value": "float16", "bytes_per_code": code_bytes(active, width)})}
@@ -152,7 +159,7 @@ def write_codes(path, blocks, n: int, width: int, active: int, metadata=None, id
     return path
 
 
-def read_codes(path, id_column: str = "id"):
+def read_codes(path, id_column: str = ID_COLUMN):
     """``(ids, codes)`` of a file written by :func:`write_codes`: codes as a float32 ``scipy.sparse``
     CSR matrix (n, width) of the stored fp16 values, ready for :class:`SparseCorpus`."""
     import json

@@ -291,13 +291,10 @@ class TorchMethod(Method):
             return functional_call(shell, {**{f"net.{k}": v for k, v in p.items()},
                                            **{f"net.{k}": v for k, v in b.items()}}, (idx,))
 
-        hp = first.hp
         stacked_loss = vmap(one)  # over the fits: their parameter slices, buffers and (b,) batches
-        run_epochs(list(params.values()), lambda idx: stacked_loss(params, buffers, idx), first.n_items(data),
-                   epochs=int(hp["epochs"]), batch_size=int(hp["batch_size"]), lr=float(hp["lr"]),
-                   weight_decay=float(hp["weight_decay"]), seed=[m.seed for m in methods], log_=list(logs),
-                   phase="train", desc=f"{first.type}:train x{len(methods)}", progress=progress,
-                   device=data.device, precision=first.precision, cuda_graph=first.graph_capturable())
+        first.train_phase(data, list(logs), first.hp["epochs"], first.hp["lr"],
+                          lambda _, idx: stacked_loss(params, buffers, idx), list(params.values()),
+                          progress=progress, seed=[m.seed for m in methods], cuda_graph=first.graph_capturable())
         with torch.no_grad():
             for i, m in enumerate(methods):
                 m.net.load_state_dict({**{k: v[i] for k, v in params.items()}, **{k: v[i] for k, v in buffers.items()}})
@@ -321,16 +318,19 @@ class TorchMethod(Method):
                          self.net.parameters(), progress=progress)
 
     def train_phase(self, data, log, epochs, lr, loss_fn, params, phase="train", progress=True,
-                    after_step=None, n_items: int | None = None) -> None:
-        """One call of the shared loop; ``n_items`` defaults to :meth:`n_items`."""
+                    after_step=None, n_items: int | None = None, seed=None, cuda_graph: bool | None = None) -> None:
+        """One call of the shared loop; ``n_items`` defaults to :meth:`n_items`, ``seed`` to this fit's
+        (:meth:`fit_together`: the stacked fits' seeds, ``log`` their logs), ``cuda_graph`` to whether
+        ``loss_fn`` is this method's capturable ``batch_loss``."""
         self.net.to(data.device).train()
+        if cuda_graph is None:
+            cuda_graph = loss_fn == self.batch_loss and after_step is None and self.graph_capturable()
         run_epochs(
             params, lambda idx: loss_fn(data, idx), self.n_items(data) if n_items is None else n_items,
             epochs=int(epochs), batch_size=int(self.hp["batch_size"]), lr=float(lr),
-            weight_decay=float(self.hp["weight_decay"]), seed=self.seed, log_=log,
+            weight_decay=float(self.hp["weight_decay"]), seed=self.seed if seed is None else seed, log_=log,
             phase=phase, desc=f"{self.type}:{phase}", progress=progress, device=data.device,
-            after_step=after_step, precision=self.precision,
-            cuda_graph=loss_fn == self.batch_loss and after_step is None and self.graph_capturable(),
+            after_step=after_step, precision=self.precision, cuda_graph=cuda_graph,
         )
         self.net.eval()
 
