@@ -330,10 +330,10 @@ def test_deleting_an_artifact_reruns_only_its_dependents(workdir):
     before = json.loads((run / "eval.json").read_text())
     per_query = (run / "per_query.tsv").read_bytes()
     (run / "model.pt").unlink()
-    # its result feeds main, tuned, dynamics and unsupervised, and its checkpoint the efficiency
-    # and frontier measurements (and their tables); nothing else reruns
+    # its result feeds main, tuned, dynamics, unsupervised and csr, and its checkpoint the
+    # efficiency and frontier measurements (and their tables); nothing else reruns
     assert planned_jobs(workdir, "all") == {"train": 1, "evaluate": 1, "headline_result": 1, "efficiency": 1,
-                                            "frontier": 1, "table": 6, "all": 1}
+                                            "frontier": 1, "table": 7, "all": 1}
     snakemake(workdir, "all")
     assert planned_jobs(workdir, "all") == {}
     # same inputs and seed in a new process: the same weights and the same per-query numbers
@@ -622,7 +622,9 @@ def test_a_second_backbones_tuned_run_waits_for_its_own_audit(tmp_path):
     select = text.split("rule select:")[1].split("wildcards:")[0]
     assert "output: results/selection/mpnet/lr_audit.json" in select
     inputs = select.split("input:")[1].split("output:")[0].strip().split(", ")
-    assert len(inputs) == 10 and all(p.startswith("results/generated-tiny/mpnet/") and "/k64/select/" in p
+    # 4 audited methods x 3 rates + DIVE, at k = 64 (csr's runs are named by their 4 x 768 latents)
+    assert len(inputs) == 13 and all(p.startswith("results/generated-tiny/mpnet/") and "/select/seed2027/" in p
+                                     and ("/k3072/" if p.split("/")[3].startswith("csr") else "/k64/") in p
                                      for p in inputs), inputs
     train = text.split("wildcards: dataset=generated-tiny, backbone=mpnet, method=mrl-tuned, k=64, stage=final")[0]
     assert "results/selection/mpnet/lr_audit.json" in train.rsplit("rule train:", 1)[1]
@@ -646,7 +648,7 @@ def test_slurm_profile_plans_the_same_jobs(tmp_path):
     import yaml
 
     main_methods = len(yaml.safe_load((REPO / "config" / "config.yaml").read_text())["experiments"]["main"]["methods"])
-    assert plain["train"] > main_methods and plain["table"] == 12 and plain["headline_result"] == main_methods
+    assert plain["train"] > main_methods and plain["table"] == len(STUDIES) and plain["headline_result"] == main_methods
     # mem_mb/runtime come from the rule (<TBD> until the inputs exist); no cpus_per_task beyond the threads
     assert re.search(r"rule embed:.*?resources: [^\n]*mem_mb=<TBD>[^\n]*gpu=1", text, re.S)
     assert not re.search(r"resources: [^\n]*cpus_per_task", text)
