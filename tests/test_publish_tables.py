@@ -290,3 +290,58 @@ def test_a_table_whose_runs_cannot_be_read_is_refused_naming_what_is_missing(rep
     assert done.returncode == 2
     assert f"{remove}: {why}" in done.stderr
     assert not (repo / "docs").exists()  # not even heads, whose runs are there: all or nothing
+
+
+MACHINE_FIELDS = ("> - runs:", "> - machine:", "> - threads:", "> - MKL mode:", "> - torch:", "> - commits:")
+
+
+def as_published_before_the_machine_header(path: Path) -> bytes:
+    """Strip a copy's machine lines, as copies published before the tool read the records were."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(line for line in lines if not line.startswith(MACHINE_FIELDS)), encoding="utf-8")
+    return path.read_bytes()
+
+
+def test_restate_says_what_an_old_copy_lacks_and_whether_its_commit_predates_mkls_mode(repo):
+    """--restate gives a copy published before the machine header (its records not kept) the lines it
+    lacks: its machine is not stated, and its MKL mode is read from git: none for a commit before MKL's
+    reproducible mode, not stated for one at or after it. The table itself is untouched; a second call
+    changes nothing; a file the tool did not write, or a commit git cannot order, is refused."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("publish_tables", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    old = git(repo, "rev-parse", "HEAD").strip()
+    assert publish(repo, "main", "heads").returncode == 0
+    out = repo / "docs" / "tables"
+    (repo / "config" / "config.yaml").write_text("datasets: [nfcorpus]\n")
+    git(repo, "commit", "-q", "-am", "MKL's reproducible mode")
+    mkl = git(repo, "rev-parse", "HEAD").strip()
+
+    main = out / "main.md"
+    as_published_before_the_machine_header(main)
+    assert tool.restate(main, repo, mkl) is True
+    text = main.read_text(encoding="utf-8")
+    fields = provenance(text)
+    assert fields["machine"].startswith("not stated: published before this tool read the runs' records")
+    assert fields["MKL mode"] == (f"none: commit `{old[:12]}` predates MKL's reproducible mode (`{mkl[:12]}`), "
+                                  "so a rerun at a later commit may differ in the last digits")
+    assert text.endswith(TABLE) and fields["commit"] == f"`{old}`"
+    assert tool.restate(main, repo, mkl) is False and main.read_text(encoding="utf-8") == text
+
+    heads = out / "heads.md"
+    as_published_before_the_machine_header(heads)
+    heads.write_text(heads.read_text(encoding="utf-8").replace(old, mkl), encoding="utf-8")  # published at mkl
+    assert tool.restate(heads, repo, mkl) is True
+    assert provenance(heads.read_text(encoding="utf-8"))["MKL mode"] == (
+        f"not stated (records not kept); commit `{mkl[:12]}` comes after MKL's reproducible mode was turned on "
+        f"(`{mkl[:12]}`)")
+
+    plain = repo / "notes.md"
+    plain.write_text("# notes\n", encoding="utf-8")
+    done = publish(repo, "--restate", str(plain))
+    assert done.returncode == 2 and f"{plain}: not a copy written by tools/publish_tables.py" in done.stderr
+    before = as_published_before_the_machine_header(main)  # the tool's own MKL commit is not in this repository
+    done = publish(repo, "--restate", str(main))
+    assert done.returncode == 2 and "git cannot order commit" in done.stderr and main.read_bytes() == before

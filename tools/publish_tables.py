@@ -33,6 +33,10 @@ listed where they differ. A run whose training and evaluation jobs differ in a v
 record is refused (exit status 2, naming the file) before anything is written: publish from the
 results folder of the run that made the table.
 
+``--restate COPY ...`` publishes nothing: it adds to copies published before the machine header
+existed (their runs' records were not kept) that their machine is not stated and, from git, whether
+their commit predates MKL's reproducible mode (``MKL_MODE_COMMIT``).
+
 Standard library only (Python 3.11).
 """
 
@@ -52,6 +56,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REFUSED = 2  # exit status of a refusal (missing table, per-run list, record or config; bad name)
+MKL_MODE_COMMIT = "3fc382faf6d4c663636c81a9e9cbc05621ac7aa8"  # runs record MKL's reproducible mode from here on
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # the workflow's experiment names
 
 
@@ -360,6 +365,38 @@ def publish(results: Path, docs: Path, experiments: list[str], configs: list[str
     return written
 
 
+def restate(path: Path, cwd: Path, mkl_commit: str = MKL_MODE_COMMIT) -> bool:
+    """Give a copy published before the machine header existed (its runs' records not kept) the lines
+    it lacks: that its machine is not stated, and whether its commit predates MKL's reproducible mode
+    (``git merge-base --is-ancestor`` in ``cwd``). Returns False, writing nothing, for a copy that
+    already has them; refuses a file without this tool's header or commit."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if not lines[0].startswith("<!-- Written by tools/publish_tables.py"):
+        raise Refused(f"{path}: not a copy written by tools/publish_tables.py")
+    end = next(i for i, line in enumerate(lines[1:], 1) if not line.startswith(">"))
+    if any(line.startswith(("> - machine:", "> - MKL mode:")) for line in lines[:end]):
+        return False
+    commit = next((re.search(r"`([0-9a-f]{7,40})`", line) for line in lines[:end]
+                   if line.startswith("> - commit:")), None)
+    if commit is None:
+        raise Refused(f"{path}: its header names no commit, so nothing can be said about its runs")
+    ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", commit.group(1), mkl_commit], cwd=cwd,
+                              capture_output=True, text=True)
+    if ancestor.returncode not in (0, 1):
+        raise Refused(f"{path}: git cannot order commit {commit.group(1)} and {mkl_commit[:7]}: "
+                      f"{ancestor.stderr.strip()}")
+    before = ancestor.returncode == 0 and not mkl_commit.startswith(commit.group(1))
+    added = ["> - machine: not stated: published before this tool read the runs' records, which were not kept "
+             "([the machines](../reproducibility.md#the-machines))",
+             f"> - MKL mode: none: commit {_short(commit.group(1))} predates MKL's reproducible mode "
+             f"({_short(mkl_commit)}), so a rerun at a later commit may differ in the last digits" if before else
+             f"> - MKL mode: not stated (records not kept); commit {_short(commit.group(1))} comes after MKL's "
+             f"reproducible mode was turned on ({_short(mkl_commit)})"]
+    atomic_write(path, "\n".join(lines[:end] + added + lines[end:]).encode("utf-8"))
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python tools/publish_tables.py",
@@ -375,7 +412,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--command", default=None, help="the command that produced the tables")
     ap.add_argument("--suffix", default="", help="appended to each copy's name: --suffix _scifact writes "
                                                   "docs/tables/tuned_scifact.md from results/tables/tuned.md")
+    ap.add_argument("--restate", nargs="+", default=[], type=Path, metavar="COPY",
+                    help="instead of publishing: add to copies published before the machine header existed "
+                         "(their records not kept) that their machine is not stated and whether their commit "
+                         "predates MKL's reproducible mode")
     args = ap.parse_args(argv)
+    if args.restate:
+        try:
+            changed = [p for p in args.restate if restate(p, Path.cwd())]
+        except (Refused, OSError) as exc:
+            print(f"publish_tables: refused: {exc}", file=sys.stderr)
+            return REFUSED
+        for path in changed:
+            print(path)
+        return 0
     try:
         written = publish(args.results, args.docs, args.experiments, args.config, args.command, suffix=args.suffix)
     except Refused as exc:
