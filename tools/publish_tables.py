@@ -374,7 +374,7 @@ def restate(path: Path, cwd: Path, mkl_commit: str = MKL_MODE_COMMIT) -> bool:
     lines = text.split("\n")
     if not lines[0].startswith("<!-- Written by tools/publish_tables.py"):
         raise Refused(f"{path}: not a copy written by tools/publish_tables.py")
-    end = next(i for i, line in enumerate(lines[1:], 1) if not line.startswith(">"))
+    end = next((i for i, line in enumerate(lines[1:], 1) if not line.startswith(">")), len(lines))
     if any(line.startswith(("> - machine:", "> - MKL mode:")) for line in lines[:end]):
         return False
     commit = next((re.search(r"`([0-9a-f]{7,40})`", line) for line in lines[:end]
