@@ -69,4 +69,7 @@ def make_problem(seed: int = 0, d: int = 32, k: int = 8, rank: int = 8, n_docs: 
 
 
 # Small-but-real training settings for method tests (shared keys of the `training:` section).
+# The configured values that small inputs cannot hold, per method type: MRL's smallest prefix (k = 8
+# here) and CSR's 64 active latents (H = 4d >= 256 needed; d = 32 here).
+SMALL_INPUTS = {"mrl": {"min_prefix": 4}, "csr": {"topk": 4}, "csr_free": {"topk": 4}}
 FAST = {"epochs": 15, "batch_size": 32, "hidden": 64, "weight_decay": 0.01}

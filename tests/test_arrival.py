@@ -20,6 +20,7 @@ from dive_core.data import BeirDataset
 from dive_core.embeddings import Embeddings
 from dive_core.methods import SPECS, discover, new_method
 from dive_core.training import TrainLog, fit_data
+from synthetic import SMALL_INPUTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -181,9 +182,8 @@ def configured_hparams():
         t = entry.get("type", name)
         if t not in out:  # the first entry of each type
             out[t] = plan.method_hparams(cfg, name)
-    out["mrl"]["min_prefix"] = 4
-    for t in ("csr", "csr_free"):  # the configured 64 active latents need H >= 256: 4 of these small inputs' H
-        out[t]["topk"] = 4
+    for t, small in SMALL_INPUTS.items():
+        out[t].update(small)
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 from dive_core.export import load_compressor, save_compressor
 from dive_core.methods import SPECS, new_method
 from dive_core.training import TrainLog
-from synthetic import FAST, make_problem
+from synthetic import FAST, SMALL_INPUTS, make_problem
 
 TYPES = tuple(SPECS)  # every declared method type
 
@@ -27,10 +27,7 @@ def configured(mtype):
     cfg = dcfg.load_yaml(Path(__file__).resolve().parent.parent / "config" / "config.yaml")
     name = next(n for n, e in cfg["methods"].items() if e.get("type", n) == mtype)
     entry = dict(cfg["methods"][name])
-    if mtype == "mrl":
-        entry["min_prefix"] = 4  # k = 8 here
-    if mtype in ("csr", "csr_free"):
-        entry["topk"] = 4  # the configured 64 active latents need H = 4d >= 256 (d = 32 here)
+    entry.update(SMALL_INPUTS.get(mtype, {}))
     return resolve_hparams(name, entry, {**cfg["training"], **FAST, "epochs": 2, "doc_epochs": 2})
 
 

@@ -321,19 +321,19 @@ def test_restate_says_what_an_old_copy_lacks_and_whether_its_commit_predates_mkl
 
     main = out / "main.md"
     as_published_before_the_machine_header(main)
-    assert tool.restate(main, repo, mkl) is True
+    assert tool.restate([main], repo, mkl) == [main]
     text = main.read_text(encoding="utf-8")
     fields = provenance(text)
     assert fields["machine"].startswith("not stated: published before this tool read the runs' records")
     assert fields["MKL mode"] == (f"none: commit `{old[:12]}` predates MKL's reproducible mode (`{mkl[:12]}`), "
                                   "so a rerun at a later commit may differ in the last digits")
     assert text.endswith(TABLE) and fields["commit"] == f"`{old}`"
-    assert tool.restate(main, repo, mkl) is False and main.read_text(encoding="utf-8") == text
+    assert tool.restate([main], repo, mkl) == [] and main.read_text(encoding="utf-8") == text
 
     heads = out / "heads.md"
     as_published_before_the_machine_header(heads)
     heads.write_text(heads.read_text(encoding="utf-8").replace(old, mkl), encoding="utf-8")  # published at mkl
-    assert tool.restate(heads, repo, mkl) is True
+    assert tool.restate([heads], repo, mkl) == [heads]
     assert provenance(heads.read_text(encoding="utf-8"))["MKL mode"] == (
         f"not stated (records not kept); commit `{mkl[:12]}` comes after MKL's reproducible mode was turned on "
         f"(`{mkl[:12]}`)")
@@ -342,6 +342,10 @@ def test_restate_says_what_an_old_copy_lacks_and_whether_its_commit_predates_mkl
     plain.write_text("# notes\n", encoding="utf-8")
     done = publish(repo, "--restate", str(plain))
     assert done.returncode == 2 and f"{plain}: not a copy written by tools/publish_tables.py" in done.stderr
-    before = as_published_before_the_machine_header(main)  # the tool's own MKL commit is not in this repository
+    before = as_published_before_the_machine_header(main)
+    with pytest.raises(tool.Refused, match="not a copy written by"):  # all or nothing: main is not written either
+        tool.restate([main, plain], repo, mkl)
+    assert main.read_bytes() == before
+    # the tool's own MKL commit is not in this repository
     done = publish(repo, "--restate", str(main))
     assert done.returncode == 2 and "git cannot order commit" in done.stderr and main.read_bytes() == before

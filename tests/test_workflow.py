@@ -40,6 +40,15 @@ STUDIES = ("main", "lr_audit", "tuned", "heads", "ablation", "dynamics", "second
            "doc_disjoint", "efficiency", "frontier", "arrival", "csr", "arrival_csr")
 
 
+def audited_runs() -> int:
+    """The select job's inputs in the learning-rate audit: every candidate rate of every audited
+    method (config.yaml's selection.lr_audit), and DIVE's own run as the reference."""
+    import yaml
+
+    audit = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["selection"]["lr_audit"]
+    return sum(len(rates) for rates in audit.values()) + 1
+
+
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
            "--directory", str(workdir), "--configfile", *CONFIGS, "--cores", "2", *args]
@@ -265,7 +274,7 @@ def test_the_lr_audit_reads_validation_results_only(workdir):
     out = snakemake(workdir, "-n", "-f", "results/selection/minilm/lr_audit.json").stdout
     block = out.split("rule select:")[1].split("output:")[0]
     inputs = block.split("input:")[1].strip().split(", ")
-    assert len(inputs) == 13 and all("/select/seed2027/eval.json" in p for p in inputs), inputs  # 4 audited x 3 + DIVE
+    assert len(inputs) == audited_runs() == 13 and all("/select/seed2027/eval.json" in p for p in inputs), inputs
     assert "/final/" not in block
     from dive_core.selection import select
 
@@ -622,10 +631,14 @@ def test_a_second_backbones_tuned_run_waits_for_its_own_audit(tmp_path):
     select = text.split("rule select:")[1].split("wildcards:")[0]
     assert "output: results/selection/mpnet/lr_audit.json" in select
     inputs = select.split("input:")[1].split("output:")[0].strip().split(", ")
-    # 4 audited methods x 3 rates + DIVE, at k = 64 (csr's runs are named by their 4 x 768 latents)
-    assert len(inputs) == 13 and all(p.startswith("results/generated-tiny/mpnet/") and "/select/seed2027/" in p
-                                     and ("/k3072/" if p.split("/")[3].startswith("csr") else "/k64/") in p
-                                     for p in inputs), inputs
+    # at k = 64; csr's runs are named by their latents, expansion x mpnet's 768 dimensions
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    latents = cfg["methods"]["csr"]["expansion"] * cfg["backbones"]["mpnet"]["dim"]
+    k = {p: f"/k{latents}/" if p.split("/")[3].startswith("csr") else "/k64/" for p in inputs}
+    assert len(inputs) == audited_runs() == 13 and all(
+        p.startswith("results/generated-tiny/mpnet/") and "/select/seed2027/" in p and k[p] in p for p in inputs), inputs
     train = text.split("wildcards: dataset=generated-tiny, backbone=mpnet, method=mrl-tuned, k=64, stage=final")[0]
     assert "results/selection/mpnet/lr_audit.json" in train.rsplit("rule train:", 1)[1]
     assert "selection/minilm" not in text and "/minilm/" not in text

@@ -58,6 +58,7 @@ from pathlib import Path
 REFUSED = 2  # exit status of a refusal (missing table, per-run list, record or config; bad name)
 MKL_MODE_COMMIT = "3fc382faf6d4c663636c81a9e9cbc05621ac7aa8"  # runs record MKL's reproducible mode from here on
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # the workflow's experiment names
+MARK = "<!-- Written by tools/publish_tables.py: publish again from a run instead of editing this file. -->"
 
 
 def _load_paths():
@@ -267,7 +268,7 @@ def read_records(paths: list[Path]) -> list[dict]:
 def header(*, source: Path, source_sha: str, figure: tuple[Path, Path, str] | None, commit: tuple[str | None, str],
            configs: list[str], command: str | None, date: str, machine: list[str]) -> str:
     lines = [
-        "<!-- Written by tools/publish_tables.py: publish again from a run instead of editing this file. -->",
+        MARK,
         f"> Copied by {code('python tools/publish_tables.py')} from a run of the workflow.",
         ">",
         f"> - source: {code(source.as_posix())}, sha256 {code(source_sha)}",
@@ -365,18 +366,17 @@ def publish(results: Path, docs: Path, experiments: list[str], configs: list[str
     return written
 
 
-def restate(path: Path, cwd: Path, mkl_commit: str = MKL_MODE_COMMIT) -> bool:
-    """Give a copy published before the machine header existed (its runs' records not kept) the lines
-    it lacks: that its machine is not stated, and whether its commit predates MKL's reproducible mode
-    (``git merge-base --is-ancestor`` in ``cwd``). Returns False, writing nothing, for a copy that
-    already has them; refuses a file without this tool's header or commit."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    if not lines[0].startswith("<!-- Written by tools/publish_tables.py"):
+def restated(path: Path, cwd: Path, mkl_commit: str = MKL_MODE_COMMIT) -> str | None:
+    """The text of a copy published before the machine header existed (its runs' records not kept)
+    with the lines it lacks: that its machine is not stated, and whether its commit predates MKL's
+    reproducible mode (``git merge-base --is-ancestor`` in ``cwd``). None for a copy that already
+    has them; refuses a file without this tool's header or commit."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    if lines[0] != MARK:
         raise Refused(f"{path}: not a copy written by tools/publish_tables.py")
     end = next((i for i, line in enumerate(lines[1:], 1) if not line.startswith(">")), len(lines))
-    if any(line.startswith(("> - machine:", "> - MKL mode:")) for line in lines[:end]):
-        return False
+    if any(line.startswith(tuple(f"> - {field}:" for field, _ in FIELDS)) for line in lines[:end]):
+        return None
     commit = next((re.search(r"`([0-9a-f]{7,40})`", line) for line in lines[:end]
                    if line.startswith("> - commit:")), None)
     if commit is None:
@@ -393,8 +393,17 @@ def restate(path: Path, cwd: Path, mkl_commit: str = MKL_MODE_COMMIT) -> bool:
              f"({_short(mkl_commit)}), so a rerun at a later commit may differ in the last digits" if before else
              f"> - MKL mode: not stated (records not kept); commit {_short(commit.group(1))} comes after MKL's "
              f"reproducible mode was turned on ({_short(mkl_commit)})"]
-    atomic_write(path, "\n".join(lines[:end] + added + lines[end:]).encode("utf-8"))
-    return True
+    return "\n".join(lines[:end] + added + lines[end:])
+
+
+def restate(paths: list[Path], cwd: Path, mkl_commit: str = MKL_MODE_COMMIT) -> list[Path]:
+    """:func:`restated` for every copy first (a refusal writes nothing), then each changed one written;
+    returns those."""
+    texts = {path: restated(path, cwd, mkl_commit) for path in paths}
+    changed = [path for path, text in texts.items() if text is not None]
+    for path in changed:
+        atomic_write(path, texts[path].encode("utf-8"))
+    return changed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.restate:
         try:
-            changed = [p for p in args.restate if restate(p, Path.cwd())]
+            changed = restate(args.restate, Path.cwd())
         except (Refused, OSError) as exc:
             print(f"publish_tables: refused: {exc}", file=sys.stderr)
             return REFUSED
