@@ -266,7 +266,7 @@ def run_epochs(
     captured = CapturedStep(step, (len(seeds), batch_size) if stacked else batch_size, device) if graph else None
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     first_epoch = len(logs[0].rows) + 1
-    bar = tqdm(range(epochs), desc=desc, unit="epoch", disable=not progress, mininterval=5.0)
+    bar = tqdm(range(epochs), desc=f"{desc} x{len(seeds)}" if stacked else desc, unit="epoch", disable=not progress, mininterval=5.0)
     for e in bar:
         t0 = time.perf_counter()
         # Logged terms are summed on the device and read once per epoch: a float() per step

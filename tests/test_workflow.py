@@ -40,13 +40,17 @@ STUDIES = ("main", "lr_audit", "tuned", "heads", "ablation", "dynamics", "second
            "doc_disjoint", "efficiency", "frontier", "arrival", "csr", "arrival_csr")
 
 
+def default_config() -> dict:
+    """config/config.yaml, under config/test.yaml (which changes none of the keys read from it here)."""
+    from dive_core.config import load_yaml
+
+    return load_yaml(REPO / "config" / "config.yaml")
+
+
 def audited_runs() -> int:
     """The select job's inputs in the learning-rate audit: every candidate rate of every audited
     method (config.yaml's selection.lr_audit), and DIVE's own run as the reference."""
-    import yaml
-
-    audit = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["selection"]["lr_audit"]
-    return sum(len(rates) for rates in audit.values()) + 1
+    return sum(len(rates) for rates in default_config()["selection"]["lr_audit"].values()) + 1
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -632,9 +636,7 @@ def test_a_second_backbones_tuned_run_waits_for_its_own_audit(tmp_path):
     assert "output: results/selection/mpnet/lr_audit.json" in select
     inputs = select.split("input:")[1].split("output:")[0].strip().split(", ")
     # at k = 64; csr's runs are named by their latents, expansion x mpnet's 768 dimensions
-    import yaml
-
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg = default_config()
     latents = cfg["methods"]["csr"]["expansion"] * cfg["backbones"]["mpnet"]["dim"]
     k = {p: f"/k{latents}/" if p.split("/")[3].startswith("csr") else "/k64/" for p in inputs}
     assert len(inputs) == audited_runs() == 13 and all(

@@ -375,7 +375,8 @@ def restated(path: Path, cwd: Path, mkl_commit: str = MKL_MODE_COMMIT) -> str | 
     if lines[0] != MARK:
         raise Refused(f"{path}: not a copy written by tools/publish_tables.py")
     end = next((i for i, line in enumerate(lines[1:], 1) if not line.startswith(">")), len(lines))
-    if any(line.startswith(tuple(f"> - {field}:" for field, _ in FIELDS)) for line in lines[:end]):
+    fields = tuple(f"> - {field}:" for field, _ in FIELDS)
+    if any(line.startswith(fields) for line in lines[:end]):
         return None
     commit = next((re.search(r"`([0-9a-f]{7,40})`", line) for line in lines[:end]
                    if line.startswith("> - commit:")), None)

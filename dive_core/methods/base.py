@@ -329,8 +329,7 @@ class TorchMethod(Method):
             params, lambda idx: loss_fn(data, idx), self.n_items(data) if n_items is None else n_items,
             epochs=int(epochs), batch_size=int(self.hp["batch_size"]), lr=float(lr),
             weight_decay=float(self.hp["weight_decay"]), seed=self.seed if seed is None else seed, log_=log,
-            phase=phase, desc=f"{self.type}:{phase}" + (f" x{len(seed)}" if isinstance(seed, list) else ""),
-            progress=progress, device=data.device,
+            phase=phase, desc=f"{self.type}:{phase}", progress=progress, device=data.device,
             after_step=after_step, precision=self.precision, cuda_graph=cuda_graph,
         )
         self.net.eval()
