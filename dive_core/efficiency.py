@@ -180,19 +180,25 @@ def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, do
     """Held-out quality of one method's compressed vectors under every encoding of
     :mod:`dive_core.retrieval`, through the project's evaluation path. ``active``: the vectors are
     k-sparse codes of that many non-zeros (csr), with one encoding, their stored form
-    (:data:`dive_core.sparse.SPARSE_ENCODING`: (index, fp16 value) pairs, searched exactly)."""
+    (:data:`dive_core.sparse.SPARSE_ENCODING`: (index, fp16 value) pairs, searched exactly).
+    Each row's ``per_query`` holds its nDCG@10 per evaluated query, in the order of
+    :func:`dive_core.splits.eval_queries` (the record's ``query_ids``), for the paired tests."""
     from .evaluation import evaluate_vectors
     from .retrieval import ENCODINGS, RESCORE_OVERSAMPLE
+    from .splits import eval_queries
 
     if active is not None:
         (docs, queries), encodings = stored_form(docs, queries), (SPARSE_ENCODING,)
+    qids = eval_queries(manifest, stage)
     rows = []
     for enc in encodings or ENCODINGS:
-        _, summary = evaluate_vectors(docs, doc_ids, queries, manifest, stage, top_k, use_gpu=False, encoding=enc)
+        per_query, summary = evaluate_vectors(docs, doc_ids, queries, manifest, stage, top_k, use_gpu=False,
+                                              encoding=enc)
         rows.append({"method": method, "dim": int(k), "active": active, "encoding": enc,
                      "bytes_per_vector": bytes_per_vector(enc, k, active),
                      "n_queries": summary["n_queries"], **{m: summary["metrics"][m] for m in ("ndcg@10", "recall@10")},
-                     "rescore_oversample": RESCORE_OVERSAMPLE if enc == "binary_rescore" else None})
+                     "rescore_oversample": RESCORE_OVERSAMPLE if enc == "binary_rescore" else None,
+                     "per_query": {"ndcg@10": [per_query[q]["ndcg@10"] for q in qids]}})
     return rows
 
 

@@ -155,6 +155,43 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
     assert all(len(ax.collections) == 2 for ax in figs[1].axes)  # each dataset's two points, in its own panel
 
 
+def test_frontier_tests_each_sparse_code_against_the_best_dense_row_of_no_more_bytes():
+    """Hand-computed: the code of 64 bytes (16 latents) meets the dense rows of at most 64 bytes that
+    need nothing outside the index: MRL's SQ8 (64 B, 0.75) beats PCA's float32 (32 B, 0.30); MRL's
+    re-scored 1-bit code (8 B, 0.90, reads float32 vectors on disk) and DIVE's float32 (128 B, 0.95)
+    are not candidates. Per-query differences (0.25, -0.5, 0.25, -0.5): mean -0.125; of the 16
+    sign patterns only the 4 with the 0.25s and the 0.5s each cancelling give |mean| < 0.125, so
+    the exact two-sided p is 12/16 = 0.75 (the test draws 10,000 patterns). The code of 16 bytes
+    has no dense row of no more bytes but the re-scored one: left out."""
+
+    def row(method, nbytes, per_query, enc="float32", active=None, dim=64):
+        return {"method": method, "dim": dim, "active": active, "encoding": enc, "bytes_per_vector": nbytes,
+                "ndcg@10": sum(per_query) / len(per_query), "recall@10": 0.5, "pareto": False,
+                "rescore_oversample": 4 if enc == "binary_rescore" else None, "seed": 2027,
+                "per_query": {"ndcg@10": list(per_query)}}
+
+    dense_best = (0.5, 1.0, 0.5, 1.0)
+    rows = [row("pca", 32, (0.3, 0.3, 0.3, 0.3), dim=8), row("mrl", 64, dense_best, "sq8"),
+            row("mrl", 8, (0.9,) * 4, "binary_rescore"), row("dive", 128, (0.95,) * 4, dim=32),
+            row("csr-k16", 64, (0.75, 0.5, 0.75, 0.5), "sparse", active=16, dim=1536),
+            row("csr-k4", 16, (0.2,) * 4, "sparse", active=4, dim=1536)]
+    (pair,) = frontier.sparse_against_dense(rows)
+    assert pair["code"]["method"] == "csr-k16" and (pair["dense"]["method"], pair["dense"]["encoding"]) == ("mrl", "sq8")
+    assert pair["mean_diff"] == -0.125 and pair["n_queries"] == 4
+    assert pair["p_value"] == report.paired_randomization((0.75, 0.5, 0.75, 0.5), dense_best)
+    assert abs(pair["p_value"] - 0.75) < 0.02
+    md = frontier_study([{"dataset": "scifact", "backbone": "minilm", "n_queries": 4, "rows": rows}],
+                        ctx(["mrl", "csr-k16"], ["scifact"])).markdown
+    assert (f"| csr-k16 | 16 of 1536 | 64 | 0.6250 | mrl 64d sq8 | 64 | 0.7500 | -0.1250 | "
+            f"{pair['p_value']:.4f} | 4 |") in md
+    assert "csr-k4 |" not in md.split("each sparse code against")[1]
+    out = frontier_study([{"dataset": "scifact", "backbone": "minilm", "n_queries": 4, "rows": rows}],
+                         ctx(["mrl", "csr-k16"], ["scifact"]))
+    assert all("per_query" not in r for r in out.rows)  # the TSV holds no per-query lists
+    with pytest.raises(ValueError, match="csr-k16 and mrl"):
+        frontier.sparse_against_dense([*rows[:2], {**rows[4], "per_query": {"ndcg@10": [0.5] * 3}}])
+
+
 TYPE_COLORS = {"truncate": "#1f77b4", "pca": "#ff7f0e", "autoencoder": "#2ca02c", "mrl": "#d62728",
                "search_adaptor": "#9467bd", "smec": "#8c564b", "dive": "#e377c2"}  # tab10 without its grey
 FROZEN_BAR = "#d9d9d9"  # REFERENCE_STYLE's "0.85"

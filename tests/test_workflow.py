@@ -160,6 +160,13 @@ def test_efficiency_and_frontier_json(workdir):
     csr = json.loads((workdir / "results/generated-tiny/minilm/csr/k1536/final/seed2027/eval.json").read_text())
     assert next(r for r in rows if r["method"] == "csr")["ndcg@10"] == csr["metrics"]["ndcg@10"]
     assert any(r["pareto"] for r in rows)
+    # per-query scores for the paired tests: the evaluation's own, in the record's query order
+    from dive_core.evaluation import read_per_query
+    per_query = read_per_query(workdir / "results/generated-tiny/minilm/dive/k64/final/seed2027/per_query.tsv")
+    assert len(front["query_ids"]) == front["n_queries"] and sorted(front["query_ids"]) == sorted(per_query)
+    assert f32["per_query"]["ndcg@10"] == [per_query[q]["ndcg@10"] for q in front["query_ids"]]
+    table = (workdir / "results/tables/frontier.md").read_text()
+    assert "each sparse code against the best dense row of no more bytes" in table
 
 
 def test_arrival_runs_fit_on_known_documents_only(workdir):

@@ -3,6 +3,7 @@ float32 / float16 / SQ8 / binary (with and without float32 rescoring) corpus cod
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from dive_core import efficiency, provenance, records, runlog
 from dive_core.data import sha256_file
+from dive_core.splits import eval_queries
 
 log = runlog.setup(snakemake.log[0], snakemake.threads)
 w, inp, p = snakemake.wildcards, snakemake.input, snakemake.params
@@ -17,5 +18,6 @@ for (method, k, m, docs, queries), path in zip(runs, inp.checkpoints):
 for row, front in zip(rows, efficiency.pareto_front(rows)):
     row["pareto"] = front
 records.write("frontier", snakemake.output[0], {"dataset": w.dataset, "backbone": w.backbone, "stage": "final", "role": "test",
-                                 "n_queries": rows[0]["n_queries"] if rows else 0, "rows": rows,
+                                 "n_queries": rows[0]["n_queries"] if rows else 0,
+                                 "query_ids": eval_queries(manifest, "final"), "rows": rows,
                                  "versions": provenance.versions(), "runtime": provenance.runtime(snakemake.threads)})
