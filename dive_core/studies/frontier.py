@@ -16,13 +16,18 @@ def dim_label(row: Mapping, unit: str = "") -> str:
     return f"{row['dim']}{unit}"
 
 
+def index_alone(row: Mapping) -> bool:
+    """Whether a frontier row's search needs nothing outside its index: every encoding but
+    ``binary_rescore``, which also reads float32 vectors kept outside it (on disk)."""
+    return row["encoding"] != "binary_rescore"
+
+
 def sparse_against_dense(rows: Sequence[Mapping], metric: str = "ndcg@10") -> list[dict]:
     """Each k-sparse code's row against the best dense row (by ``metric``) of no more bytes per
-    vector among those that need nothing outside the index (every encoding but ``binary_rescore``,
-    which also reads float32 vectors kept on disk): the mean difference over the rows'
-    ``per_query`` scores (one seed) and the two-sided paired randomization test's p. A code with
-    no such dense row is left out."""
-    dense = [x for x in rows if not x.get("active") and x["encoding"] != "binary_rescore"]
+    vector among those that need nothing outside the index (:func:`index_alone`): the mean
+    difference over the rows' ``per_query`` scores (one seed) and the two-sided paired
+    randomization test's p. A code with no such dense row is left out."""
+    dense = [x for x in rows if not x.get("active") and index_alone(x)]
     out = []
     for x in sorted((x for x in rows if x.get("active")), key=lambda x: (x["bytes_per_vector"], x["method"])):
         fits = [d for d in dense if d["bytes_per_vector"] <= x["bytes_per_vector"]]
@@ -69,7 +74,7 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                          **{f: v for f, v in x.items() if f != "per_query"}})
         small = [x for x in r["rows"] if x["bytes_per_vector"] <= 64]
         best = max(small, key=lambda x: x["ndcg@10"], default=None)
-        alone = max((x for x in small if x["encoding"] != "binary_rescore"), key=lambda x: x["ndcg@10"], default=None)
+        alone = max((x for x in small if index_alone(x)), key=lambda x: x["ndcg@10"], default=None)
         for label, x in (("", best), (" with nothing outside the index (no re-scoring)", alone)):
             if x:
                 lines += ["", f"Best at 64 bytes or fewer per vector{label}: **{x['method']} {dim_label(x, 'd')} in "
