@@ -73,7 +73,10 @@ def test_every_decimal_number_on_the_page_is_in_a_published_table(page):
     path = REPO / page
     if not path.is_file():
         pytest.skip(f"{page} does not exist")
-    missing = unsupported(path.read_text(encoding="utf-8"), published_numbers())
+    text = path.read_text(encoding="utf-8")
+    if page == CITING_PAGE:  # the paper's own words (the first column of its claims table) are not ours
+        text = "\n".join(t for lines, _ in citation_units(text) for _, t in lines)
+    missing = unsupported(text, published_numbers())
     assert not missing, (f"{page}: numbers that no table under docs/tables/ holds (copy them from a published "
                          f"table, digits as printed, or mark them TODO(run52)):\n" + "\n".join(missing))
 
@@ -177,3 +180,148 @@ def test_only_a_table_link_beside_the_placeholder_may_wait_for_its_table(tmp_pat
                     "Page [z](nosuch_page.md) (TODO(run52)).\n", encoding="utf-8")
     assert broken_links(page, tables=tmp_path / "tables") == ["tables/nosuch_study.md: no such file",
                                                                "nosuch_page.md: no such file"]
+
+
+# ------------------------------------------------------- numbers in the tables their row or section cites
+# docs/results.md: a number is not only in *some* table, it is in a table that the same row (of a
+# Markdown table) or the same section (the prose under one heading) links. A misplaced number (the
+# frontier's 0.8208 in the heads row) is as wrong as a typed one. Integers count here too: "1 of 16",
+# epochs, query counts are results. Not checked: code spans, link targets, the verdict thresholds the
+# page defines (VERDICT_THRESHOLDS), and the first column of a table headed "the paper's claim" (the
+# paper's words, quoted from dive_paper.tex, not ours).
+CITING_PAGE = "docs/results.md"
+VERDICT_THRESHOLDS = {Decimal("0.05"), Decimal("0.01")}
+TABLE_LINK = re.compile(r"\]\(tables/(?P<name>[\w-]+)\.md(?:#[^)\s]*)?\)")
+INTEGER = re.compile(r"(?<![\w.,@#/\u2212+-])(?P<number>\d{1,3}(?:,\d{3})+|\d+)(?![.,]\d|[^\Wx]|x\w|-[^\W\d])")
+CODE_OR_TARGET = re.compile(r"`[^`\n]*`|\]\([^)\n]*\)")
+PAPER_COLUMN = re.compile(r"^\|\s*the paper's claim", re.I)
+
+
+def numbers_of(text: str) -> set[Decimal]:
+    """Every number of ``text`` (decimals as :func:`decimal_numbers` reads them, and integers with or
+    without thousands commas), by value, sign aside."""
+    out = {value for _, _, value in decimal_numbers(text)}
+    for line in text.splitlines():
+        line = DECIMAL.sub(" ", line.replace(PLACEHOLDER, ""))
+        out |= {Decimal(m.group("number").replace(",", "")) for m in INTEGER.finditer(line)}
+    return out
+
+
+def table_numbers(name: str, folder: Path = TABLES) -> set[Decimal]:
+    path = folder / f"{name}.md"
+    return numbers_of(path.read_text(encoding="utf-8")) if path.is_file() else set()
+
+
+def citation_units(text: str) -> list[tuple[list[tuple[int, str]], set[str]]]:
+    """([(line number, the text to check)], the tables it links) for each unit of ``text``: each
+    row of a Markdown table on its own (its header and rule lines are not checked), and the prose
+    of each section (the lines under one heading that are not table rows), code blocks left out.
+    Code spans and link targets are blanked; in a table headed "the paper's claim" the first cell
+    of each row is the paper's own words and is not checked."""
+    units: list[tuple[list[tuple[int, str]], set[str]]] = []
+    prose: list[tuple[int, str]] = []
+    in_code, paper_table, table_line = False, False, 0
+
+    def close_section():
+        if prose:
+            links = set().union(*(TABLE_LINK.findall(t) for _, t in prose))
+            units.append(([(n, CODE_OR_TARGET.sub(" ", t)) for n, t in prose], links))
+            prose.clear()
+
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code:
+            continue
+        if re.match(r"#{1,6} ", line):
+            close_section()
+            continue
+        if line.startswith("|"):
+            table_line += 1
+            if table_line == 1:
+                paper_table = bool(PAPER_COLUMN.match(line))
+            if table_line <= 2:  # the header and its rule
+                continue
+            cells = line.split("|")
+            checked = "|".join(cells[:1] + [""] + cells[2:]) if paper_table else line
+            units.append(([(lineno, CODE_OR_TARGET.sub(" ", checked))], set(TABLE_LINK.findall(line))))
+            continue
+        table_line = 0
+        if line.strip():
+            prose.append((lineno, line))
+    close_section()
+    return units
+
+
+def miscited(text: str, folder: Path = TABLES) -> list[str]:
+    """``line N: number (not in: a, b)`` for each number of a unit that none of the tables the unit
+    links holds (``no table linked`` when it links none), in the order of the page's lines."""
+    out = []
+    cache: dict[str, set[Decimal]] = {}
+    for lines, tables in citation_units(text):
+        held = set().union(*(cache.setdefault(t, table_numbers(t, folder)) for t in tables))
+        where = f"not in: {', '.join(sorted(tables))}" if tables else "no table linked"
+        for lineno, line in lines:
+            out += [(lineno, f"line {lineno}: {number} ({where})")
+                    for number in sorted(numbers_of(line) - held - VERDICT_THRESHOLDS)]
+    return [message for _, message in sorted(out, key=lambda x: x[0])]
+
+
+def test_every_number_of_results_md_is_in_a_table_its_row_or_section_links():
+    missing = miscited((REPO / CITING_PAGE).read_text(encoding="utf-8"))
+    assert not missing, (f"{CITING_PAGE}: numbers that no table linked from the same row or section holds (cite "
+                         "the table that holds them, in that row or section):\n" + "\n".join(missing))
+
+
+def test_a_frontier_number_planted_in_the_heads_row_is_caught():
+    page = (REPO / CITING_PAGE).read_text(encoding="utf-8")
+    lines = page.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("|") and "(tables/heads.md)" in line)
+    frontier, heads = table_numbers("frontier"), table_numbers("heads")
+    planted = next(v for v in sorted(frontier) if v not in heads and v.as_tuple().exponent == -4
+                   and v not in set().union(*(table_numbers(t) for t in TABLE_LINK.findall(lines[row]))))
+    lines[row] = lines[row].replace(" |", f" (and {planted}) |", 2)
+    assert miscited(page) == []
+    assert [m for m in miscited("\n".join(lines)) if m.startswith(f"line {row + 1}: {planted} ")]
+
+
+def test_citation_units_rows_sections_code_and_the_papers_words(tmp_path):
+    (tmp_path / "a.md").write_text("| x |\n|---|\n| 0.8014 | 16 | 2,590 |\n", encoding="utf-8")
+    (tmp_path / "b.md").write_text("Scores 0.7197, 50 epochs.\n", encoding="utf-8")
+    page = ("# Page\n\nProse cites [a](tables/a.md): 0.8014 in 16 of 2,590, `0.1234 in code`, and 0.7197.\n\n"
+            "| the paper's claim | here | table |\n|---|---|---|\n"
+            "| in 9 of 9 at 0.6223 | 0.7197 after 50 epochs, p < 0.05 | [b](tables/b.md) |\n"
+            "| another | 0.8014 | [b](tables/b.md) |\n\n"
+            "## No citation\n\nThe nDCG@10 of 3 seeds\n")
+    assert miscited(page, tmp_path) == ["line 3: 0.7197 (not in: a)", "line 8: 0.8014 (not in: b)",
+                                        "line 12: 3 (no table linked)"]
+
+
+def unstated_tables(folder: Path = TABLES) -> set[str]:
+    """The published tables whose header says the machine of their runs is not known."""
+    return {p.stem for p in folder.glob("*.md")
+            if re.search(r"^> - machine: not stated", p.read_text(encoding="utf-8"), re.M)}
+
+
+def silent_on_machine(text: str, folder: Path = TABLES) -> list[str]:
+    """``line N: table`` for each row or section that links a table of unknown machine and does not
+    say so ("not stated") in itself."""
+    unstated = unstated_tables(folder)
+    return [f"line {lines[0][0]}: {', '.join(sorted(tables & unstated))}"
+            for lines, tables in citation_units(text)
+            if tables & unstated and "not stated" not in " ".join(t for _, t in lines).lower()]
+
+
+def test_every_row_resting_on_a_table_of_unknown_machine_says_so():
+    silent = silent_on_machine((REPO / CITING_PAGE).read_text(encoding="utf-8"))
+    assert not silent, (f"{CITING_PAGE}: rows or sections citing a table whose machine is not stated, without "
+                        "saying so (\"machine not stated\") in the row or section itself:\n" + "\n".join(silent))
+
+
+def test_the_machine_check_reads_each_row(tmp_path):
+    (tmp_path / "old.md").write_text("> - machine: not stated: published before ...\n\n| x |\n", encoding="utf-8")
+    (tmp_path / "new.md").write_text("> - machine: AMD EPYC (4 runs)\n\n| x |\n", encoding="utf-8")
+    page = ("| a | b |\n|---|---|\n| from [o](tables/old.md) | x |\n| from [o](tables/old.md), machine not stated "
+            "| x |\n| from [n](tables/new.md) | x |\n\n## S\n\nProse [o](tables/old.md).\n")
+    assert silent_on_machine(page, tmp_path) == ["line 3: old", "line 9: old"]
