@@ -325,3 +325,44 @@ def test_the_machine_check_reads_each_row(tmp_path):
     page = ("| a | b |\n|---|---|\n| from [o](tables/old.md) | x |\n| from [o](tables/old.md), machine not stated "
             "| x |\n| from [n](tables/new.md) | x |\n\n## S\n\nProse [o](tables/old.md).\n")
     assert silent_on_machine(page, tmp_path) == ["line 3: old", "line 9: old"]
+
+
+# ------------------------------------------------------------------------- the report reads quickly
+MAX_WORDS = 40  # no sentence of docs/results.md longer than this
+README_FINDINGS_LINES = 8
+FIRST_SCREEN_LINES = 15  # lines of findings before the page's first heading
+
+
+def long_sentences(text: str, limit: int = MAX_WORDS) -> list[str]:
+    """Each sentence of prose or of a table cell with more than ``limit`` words (link targets and
+    code blocks left out), as ``N words: its start``."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    out = []
+    for block in re.split(r"\n\s*\n", text):
+        parts = [c for line in block.splitlines() for c in line.split("|")] if block.lstrip().startswith("|") \
+            else re.split(r"\n- ", block)
+        for part in parts:
+            plain = re.sub(r"\]\([^)]*\)", "]", part).replace("**", "")
+            for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z(`*])", plain):
+                if len(sentence.split()) > limit:
+                    out.append(f"{len(sentence.split())} words: {' '.join(sentence.split()[:12])} ...")
+    return out
+
+
+def test_no_sentence_of_the_report_is_over_40_words():
+    assert long_sentences("A short one. Word " + "word " * 40 + "end. Another.") == [
+        "42 words: Word " + "word " * 10 + "word ..."]
+    long = long_sentences((REPO / CITING_PAGE).read_text(encoding="utf-8"))
+    assert not long, f"{CITING_PAGE}: sentences over {MAX_WORDS} words:\n" + "\n".join(long)
+
+
+def test_the_findings_come_first_and_the_readmes_are_short():
+    page = (REPO / CITING_PAGE).read_text(encoding="utf-8").splitlines()
+    first_heading = next(i for i, line in enumerate(page[1:], 1) if line.startswith("#"))
+    assert sum(1 for line in page[1:first_heading] if line.strip()) <= FIRST_SCREEN_LINES + 2  # + lead-in, pointer
+    assert not any(w in "\n".join(page[:first_heading]).lower() for w in ("commit", "machine", "epyc"))
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    findings = readme.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    assert sum(1 for line in findings.splitlines() if line.strip()) <= README_FINDINGS_LINES
+    for verdict in ("contradicted", "holds", "not reproduced"):
+        assert verdict in findings.lower()
