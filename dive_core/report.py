@@ -229,13 +229,15 @@ VERSUS_HEADINGS = {  # baseline -> (section title, what is compared, the baselin
 }
 
 
-def versus_markdown(rows: Sequence[Mapping], plain: bool = False) -> str:
+def versus_markdown(rows: Sequence[Mapping], plain: bool = False,
+                    heading: tuple[str, str, str] | None = None) -> str:
     """``versus_rows`` as a section; its title and text are the baseline's (``VERSUS_HEADINGS``), or
-    with ``plain`` (an experiment's ``versus:``) a plain "against" section."""
+    with ``plain`` (an experiment's ``versus:``) a plain "against" section, or ``heading``'s (section
+    title, what is compared, the baseline's column) when a study gives its own."""
     if not rows:
         return ""
     name = rows[0]["baseline"]
-    title, what, column = (VERSUS_HEADINGS[name] if not plain else (
+    title, what, column = heading or (VERSUS_HEADINGS[name] if not plain else (
         "Against", f"Each other compressed method of the study against {name} on the same queries (each at its "
         "own k: see the bytes per stored vector)", name))
     return _section(

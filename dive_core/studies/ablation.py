@@ -6,17 +6,21 @@ import math
 from typing import Mapping, Sequence
 
 from .shared import (
-    StudyContext, StudyOutput, cell, grouped_bars, opening_lines, method_values, study_backbones,
-    summarize_runs,
+    StudyContext, StudyOutput, cell, grouped_bars, opening_lines, method_values, paired_against, paired_columns,
+    roles, study_backbones, summarize_runs,
 )
 
 
 def ablation_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """Mean validation nDCG@10 over datasets and per dataset for each DIVE variant, with the
-    difference to the last method (full DIVE)."""
+    difference to the last method (full DIVE), and each variant's paired test against it per dataset."""
     summary = summarize_runs(results)
     bbs = study_backbones(results, ctx)
     full = ctx.methods[-1]
+    section, pairs = paired_against(
+        results, ctx, full, f"Each variant against {full}",
+        f"Each variant (one change to {full}, every other setting {full}'s) against {full} on the same "
+        f"{roles(results)} queries, seed and triplets")
     lines = opening_lines(ctx, results)
     rows = []
     for bb in bbs:
@@ -32,9 +36,9 @@ def ablation_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                       else f"{means[me] - means[full]:+.4f}"]
             lines.append("| " + " | ".join(cells) + " |")
             rows.append({"backbone": bb, "method": me, **{f"{ds}_ndcg@10": vals[me].get(ds) for ds in ctx.datasets},
-                         "mean_ndcg@10": means[me]})
+                         "mean_ndcg@10": means[me], **paired_columns(pairs, bb, me, ctx.datasets, full)})
         lines.append("")
     lines.append("Seed " + ",".join(sorted({str(r["seed"]) for r in results})) + "; `mean`: unweighted mean "
                  "over datasets (a dataset group averaged first).")
-    return StudyOutput("\n".join(lines) + "\n", rows,
+    return StudyOutput("\n".join(lines) + "\n" + section, rows,
                        lambda p: grouped_bars(p, summary, ctx, bbs, metrics=(("ndcg@10", "nDCG@10"),)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 from .. import records
@@ -18,14 +19,30 @@ def first_below(values: Sequence[float], threshold: float = RHO_THRESHOLD) -> in
     return next((i + 1 for i, v in enumerate(values) if v < threshold), None)
 
 
+def loss_terms(logs: Sequence[Sequence[Mapping]]) -> dict[str, tuple[float, float, float]]:
+    """Each of DIVE's weighted loss terms (``DIVE_TERMS``) that every log has: its value at the first
+    and at the last epoch, each the mean over the logs (one per seed), and last / first (NaN when the
+    first is 0)."""
+    out = {}
+    for term in DIVE_TERMS:
+        if not all(term in log[0] and term in log[-1] for log in logs):
+            continue
+        first = sum(log[0][term] for log in logs) / len(logs)
+        last = sum(log[-1][term] for log in logs) / len(logs)
+        out[term] = (first, last, last / first if first else float("nan"))
+    return out
+
+
 def dynamics_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """Training dynamics from DIVE's final-stage train logs: rho(t) (share of the epoch's
-    triplets whose hinge is active) and the weighted loss terms per epoch, per dataset."""
+    triplets whose hinge is active) and the weighted loss terms per epoch, per dataset; the table
+    gives rho and each term at the first and the last epoch."""
     runs: dict[tuple[str, str], list[tuple[int, list[dict]]]] = {}
     for r in results:
         if r["method_type"] != "dive":
             continue
         runs.setdefault((r["backbone"], r["dataset"]), []).append((r["seed"], read_log_tsv(ctx.train_logs[records.run_key(r)])))
+    terms = {key: loss_terms([log for _, log in seeds]) for key, seeds in runs.items()}
     lines = opening_lines(ctx, results) + [
              f"| backbone | dataset | seeds | first epoch with rho < {RHO_THRESHOLD:.0%} (per seed) | "
              "rho at the last epoch (mean) | epochs |", "|---|---|---|---|---|---|"]
@@ -39,9 +56,19 @@ def dynamics_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                      f"{sum(last) / len(last):.4f} | {len(seeds[0][1])} |")
         rows.append({"backbone": bb, "dataset": ds, "seeds": [s for s, _ in seeds],
                      "first_epoch_rho_below_10pct": ["never" if f is None else f for f in firsts],
-                     "rho_last_epoch": sum(last) / len(last)})
+                     "rho_last_epoch": sum(last) / len(last),
+                     **{f"{term}_{col}": v for term, vals in terms[(bb, ds)].items()
+                        for col, v in zip(("first_epoch", "last_epoch", "last_over_first"), vals)}})
     lines += ["", "rho(t) = share of the epoch's triplets with q·p - q·n < m on the first head "
               "(docs/methods.md#dive); the hinge stops pushing a triplet once it is satisfied."]
+    lines += ["", "### DIVE's weighted loss terms at the first and the last epoch", "",
+              "Each weighted term of DIVE's loss as its train log has it (the epoch's mean over batches: `triplet` the "
+              "hinge term, `view` = λ · head-wise NT-Xent, `geo` = γ · geometry distillation), at the first and at "
+              "the last epoch, mean over seeds; `last / first` < 1: the term shrank over training.", "",
+              "| backbone | dataset | term | first epoch | last epoch | last / first |", "|---|---|---|---|---|---|"]
+    for (bb, ds), by_term in sorted(terms.items()):
+        lines += [f"| {bb} | {ds} | {term} | {first:.4g} | {last_:.4g} | "
+                  f"{'–' if math.isnan(ratio) else f'{ratio:.4g}'} |" for term, (first, last_, ratio) in by_term.items()]
 
     def figure(path):
         plt = pyplot()

@@ -5,17 +5,23 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from .shared import (
-    StudyContext, StudyOutput, cell, column_label, opening_lines, method_values, pyplot, save,
-    study_backbones, summarize_runs, suptitle,
+    StudyContext, StudyOutput, cell, column_label, opening_lines, method_values, paired_against, paired_columns,
+    pyplot, roles, save, study_backbones, summarize_runs, suptitle,
 )
 
 
 def heads_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
-    """Validation nDCG@10 against the number of heads H, per dataset; the configured H marked."""
+    """Validation nDCG@10 against the number of heads H, per dataset; the configured H marked, and
+    each other head count's paired test against it per dataset."""
     summary = summarize_runs(results)
     bbs = study_backbones(results, ctx)
     heads = {me: next(int(r["config"]["hparams"]["heads"]) for r in results if r["method"] == me)
              for me in ctx.methods if any(r["method"] == me for r in results)}
+    ref = ctx.highlight
+    section, pairs = ("", {}) if ref is None else paired_against(
+        results, ctx, ref, "Each head count against the configured H",
+        f"Each other head count against the configured H ({ref}, H = {heads.get(ref, '?')}) on the same "
+        f"{roles(results)} queries, seed and triplets, every other setting fixed")
     lines = opening_lines(ctx, results, f"Note: {ctx.note}." if ctx.note else "")
     rows = []
     for bb in bbs:
@@ -29,7 +35,8 @@ def heads_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
                                             + [cell(vals.get(ds, float("nan"))) for ds in ctx.datasets]
                                             + [cell(mean)]) + " |")
             rows.append({"backbone": bb, "heads": heads.get(me), "method": me, "mean_ndcg@10": mean,
-                         **{f"{ds}_ndcg@10": vals.get(ds) for ds in ctx.datasets}})
+                         **{f"{ds}_ndcg@10": vals.get(ds) for ds in ctx.datasets},
+                         **({} if ref is None else paired_columns(pairs, bb, me, ctx.datasets, ref))})
         lines.append("")
     lines.append("Validation queries, seed " + ",".join(sorted({str(r["seed"]) for r in results}))
                  + "; every other setting fixed. Not used to change the configured H.")
@@ -60,4 +67,4 @@ def heads_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
         suptitle(fig, ctx.title)
         save(fig, path)
 
-    return StudyOutput("\n".join(lines) + "\n", rows, figure)
+    return StudyOutput("\n".join(lines) + "\n" + section, rows, figure)

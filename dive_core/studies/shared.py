@@ -91,6 +91,35 @@ def opening_lines(ctx: StudyContext, results: Sequence[Mapping], note: str | Non
     return [f"## {ctx.title}", ""] + ([note, ""] if note else []) + dev + ([""] if dev else [])
 
 
+def roles(results: Sequence[Mapping]) -> str:
+    """The evaluated query roles of a study's runs (``validation`` for a select-stage study)."""
+    return " and ".join(sorted({r["role"] for r in results}))
+
+
+def paired_against(results: Sequence[Mapping], ctx: StudyContext, reference: str, title: str,
+                   what: str) -> tuple[str, dict[tuple[str, str, str], dict]]:
+    """Each other method of the study against ``reference`` per (backbone, dataset) at the same k, on
+    per-query nDCG@10 averaged over seeds (:func:`dive_core.report.versus_rows`: the two-sided paired
+    randomization test, 10,000 sign flips): the Markdown section (empty without such pairs) and the
+    rows by (backbone, dataset, method)."""
+    rows = report.versus_rows(results, ctx.per_query, baseline=reference)
+    return (report.versus_markdown(rows, heading=(title, what, reference)),
+            {(r["backbone"], r["dataset"], r["method"]): r for r in rows})
+
+
+def paired_columns(pairs: Mapping[tuple[str, str, str], Mapping], bb: str, method: str,
+                   datasets: Sequence[str], reference: str) -> dict:
+    """One method's paired tests (:func:`paired_against`) as TSV columns, per dataset: Δ nDCG@10
+    against ``reference``, p, query count (absent for the reference itself)."""
+    out = {}
+    for ds in datasets:
+        r = pairs.get((bb, ds, method))
+        if r is not None:
+            out.update({f"{ds}_diff_vs_{reference}": r["mean_diff"], f"{ds}_p_vs_{reference}": r["p_value"],
+                        f"{ds}_n_queries": r["n_queries"]})
+    return out
+
+
 def column_label(ds: str, bb: str, many_backbones: bool) -> str:
     return f"{ds} ({bb})" if many_backbones else ds
 
