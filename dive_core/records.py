@@ -589,7 +589,7 @@ def run_key(record: Mapping[str, Any]) -> tuple:
 # --------------------------------------------------------------------------- files for use outside the workflow
 COMPRESSED_FORMAT = "dive-compressed/1"
 COMPRESSED_META_KEY = "dive_compressed"  # the metadata key (Parquet schema, HDF5 emb attrs) holding the JSON record
-COMPRESSED_FIELDS = ("format", "encoding", "compressor", "input", "normalisation")  # and sq8 (int8)
+COMPRESSED_FIELDS = ("format", "encoding", "compressor", "input", "normalisation")  # and sq8 (int8), faiss_index
 # a compress part's range file, beside its float32 spool: its rows of the input and their per-coordinate range
 COMPRESS_PART_FIELDS = ("part", "start", "stop", "n", "group", "weights_sha256", "allowed", "vmin", "vmax")
 COMPRESSOR_FORMAT = "dive-compressor/2"  # /1 had no config_sha256
@@ -598,12 +598,14 @@ COMPRESSOR_FIELDS = (*COMPRESSOR_DEFINING, "provenance", "config_sha256")
 
 
 def compressed(compressor: Mapping[str, Any], vectors: Any, encoding: str,
-               sq8: tuple[Sequence[float], Sequence[float]] | None = None, allowed: Sequence[str] = ()) -> dict:
+               sq8: tuple[Sequence[float], Sequence[float]] | None = None, allowed: Sequence[str] = (),
+               faiss_index: Mapping[str, Any] | None = None) -> dict:
     """The ``dive_compressed`` metadata record of one output vector set (no time, no path: the CLI
     and a gathered workflow output carry the same record). ``compressor``: its provenance
     (:func:`dive_core.compress.provenance`); ``vectors``: the input set (a
     :class:`~dive_core.vectors.VectorFile`); ``sq8``: an int8 file's ``(vmin, vdiff)`` ranges, as floats;
-    ``allowed``: the options that let all-zero rows or repeated ids through on purpose (``input.allowed``)."""
+    ``allowed``: the options that let all-zero rows or repeated ids through on purpose (``input.allowed``);
+    ``faiss_index``: the FAISS factory index to be made of this set (:func:`dive_core.compress.index_record`)."""
     rec = {"format": COMPRESSED_FORMAT, "encoding": encoding, "compressor": dict(compressor),
            "input": {"file": vectors.path.name, "group": vectors.group, "n": int(vectors.n), "dim": int(vectors.dim),
                      "dtype": vectors.dtype, **({"allowed": sorted(allowed)} if allowed else {})},
@@ -612,6 +614,8 @@ def compressed(compressor: Mapping[str, Any], vectors: Any, encoding: str,
         rec["sq8"] = {"vmin": list(sq8[0]), "vdiff": list(sq8[1]),
                       "faiss": "ScalarQuantizer QT_8bit, RS_minmax over every row of the input",
                       "decode": "vmin + (stored + 128 + 0.5) / 255 * vdiff"}
+    if faiss_index is not None:
+        rec["faiss_index"] = dict(faiss_index)
     return rec
 
 

@@ -5,6 +5,8 @@
 # per-coordinate min/max), gathered in row order by rule compress into the bytes `dive-compress`
 # writes; int8 (SQ8) ranges are the min/max over every part, i.e. over the whole input. The model
 # may be a checkpoint of this workflow (then built when missing) or any checkpoint / export folder.
+# An entry's `faiss_index` (a FAISS factory string) is recorded in the output by rule compress and
+# built by rule compress_index from that record: trained on a seeded sample, filled chunk by chunk.
 from dive_core.paths import (
     COMPRESSED,
     COMPRESSED_EXT,
@@ -84,6 +86,7 @@ rule compress_index:
         LOGS["compress_index"],
     conda:
         "../envs/train-gpu.yaml"  # faiss
+    threads: PLAN.setting("threads", "compress")  # a faiss_index's training (the bytes do not depend on them)
     resources:
         mem_mb=compress_index_resource("mem_mb"),
         runtime=compress_index_resource("runtime"),

@@ -258,6 +258,182 @@ def test_faiss_index_is_faiss_own_and_finds_the_exact_top1(tmp_path, model, data
     assert np.array_equal(top[:, 0], np.argmax(queries @ y.T, axis=1))  # exact search over OUTPUT
 
 
+# --------------------------------------------------------------------------- FAISS factory indexes (--index)
+def in_memory_index(spec: str, y: np.ndarray, train_size: int, seed: int):
+    """FAISS's own index of ``spec`` built in memory: trained on the seeded sample, every row added at once."""
+    import faiss
+
+    index = faiss.index_factory(y.shape[1], spec, faiss.METRIC_INNER_PRODUCT)
+    index.train(y[np.sort(np.random.default_rng(seed).choice(len(y), min(train_size, len(y)), replace=False))])
+    index.add(y)
+    return index
+
+
+@pytest.mark.parametrize(("spec", "encoding"), [("OPQ2,PQ2x4", "float32"), ("IVF4,PQ2x4", "int8")])
+def test_factory_index_is_faiss_own_built_in_memory_from_the_same_sample(tmp_path, model, data, spec, encoding):
+    """The streamed index (sample gathered chunk by chunk, rows added in chunks of 64) is byte for byte
+    FAISS's index_factory built in memory from OUTPUT's vectors (int8: decoded) and the same seeded
+    sample; its top 10 are the same; the output's record says how it was made."""
+    import faiss
+
+    ids, x = data
+    src = write_vectors(tmp_path / "in.parquet", ids, x)
+    out, index_path = tmp_path / "out.parquet", tmp_path / "out.faiss"
+    with pytest.warns(UserWarning, match="below the 39 x"):  # 280 rows for 256 (OPQ) or 16 centroids
+        assert cli([model, src, out, "--encoding", encoding, "--faiss", index_path, "--index", spec,
+                    "--faiss-train-size", 280, "--faiss-seed", 7])[0] == 0
+    assert C.read_metadata(out)["faiss_index"] == {
+        "factory": spec, "metric": "inner product", "train_size": 280, "train_size_asked": 280, "seed": 7,
+        "sample": C.index.SAMPLE_RULE, "faiss": faiss.__version__}
+    _, y = C.decode(out)
+    index_path.unlink()
+    C.write_faiss_index(out, index_path, rows=64)  # other chunks: the same bytes
+    built = in_memory_index(spec, y, 280, 7)
+    assert index_path.read_bytes() == bytes(faiss.serialize_index(built))
+    index = faiss.read_index(str(index_path))
+    assert index.ntotal == N and index.metric_type == faiss.METRIC_INNER_PRODUCT
+    queries = reference(model, x[:40] + np.random.default_rng(5).standard_normal((40, 32)).astype(np.float32))
+    assert np.array_equal(index.search(queries, 10)[1], built.search(queries, 10)[1])
+
+
+def test_training_sample_is_the_seeded_rows_gathered_across_chunks(tmp_path):
+    ids, x = raw_vectors(50, d=3)
+    path = write_vectors(tmp_path / "v.npy", ids, x)
+    chosen = C.sample_rows(50, 12, 4)
+    assert np.array_equal(chosen, np.sort(np.random.default_rng(4).choice(50, 12, replace=False)))
+    assert len(set(chosen.tolist())) == 12 and np.all(np.diff(chosen) > 0)
+    for rows in (1, 7, 50):
+        assert np.array_equal(C.training_sample(path, None, 50, 12, 4, rows), x[chosen]), rows
+    assert np.array_equal(C.training_sample(path, None, 50, 10**6, 4, 7), x)  # every row when fewer than asked
+
+
+@pytest.mark.parametrize(("spec", "need"), [("Flat", 0), ("HNSW8", 0), ("SQ8", 1), ("PQ2x4", 16), ("PQ2", 256),
+                                            ("OPQ2,PQ2x4", 256), ("IVF32,PQ2x4", 32), ("IVF8,Flat", 8),
+                                            ("RQ2x6", 64)])
+def test_fewest_training_rows_of_a_factory_string(spec, need):
+    assert C.min_train_rows(C.factory_index(spec, 8)) == need
+
+
+def test_the_compress_jobs_write_the_factory_index_bytes_of_the_command(tmp_path, model, data):
+    """What rules compress_part, compress and compress_index do with an entry's faiss_index (3 shards,
+    int8) is what dive-compress writes: the same output (its record names the index) and index."""
+    ids, x = data
+    src = write_vectors(tmp_path / "in.h5", ids, x)
+    assert cli([model, src, tmp_path / "cli.h5", "--encoding", "int8", "--faiss", tmp_path / "cli.faiss",
+                "--index", "IVF4,PQ2x4", "--faiss-train-size", 120, "--faiss-seed", 5])[0] == 0
+    entry = {**C.ENTRY_DEFAULTS, "model": str(model), "input": str(src), "encoding": "int8", "faiss": True,
+             "faiss_index": "IVF4,PQ2x4", "faiss_train_size": 120, "faiss_seed": 5}
+    opts = C.index_options(entry["faiss_index"], entry["faiss_train_size"], entry["faiss_seed"], 8, C.open_sets(src),
+                           C.option_names("mine"))
+    parts = [C.compress_part(model, src, tmp_path / "parts" / p, p, progress=False) for p in ("1of3", "2of3", "3of3")]
+    out = C.gather(model, src, parts, tmp_path / "job.h5", "int8", progress=False, faiss_index=opts)
+    C.write_faiss_index(out, tmp_path / "job.faiss")
+    assert out.read_bytes() == (tmp_path / "cli.h5").read_bytes()
+    assert (tmp_path / "job.faiss").read_bytes() == (tmp_path / "cli.faiss").read_bytes()
+
+
+REFUSED_INDEX = {
+    "PQ3": "FAISS refuses this factory string for the compressed vectors (8 dimensions): '!(d % M == 0)' failed",
+    "OPQ2,PQ2y": "FAISS refuses this factory string for the compressed vectors (8 dimensions): could not parse",
+    "NSG16,Flat": "FAISS's IndexNSGFlat cannot be filled as a stream of row chunks: it builds its graph from every "
+                  "vector in one add",
+    "IDMap,Flat": "FAISS's IndexIDMap cannot be filled as a stream of row chunks: it adds rows only with ids",
+    "HNSW8,PQ2": "FAISS builds this index with another metric than the inner product",
+}
+
+
+@pytest.mark.parametrize("spec", REFUSED_INDEX)
+def test_a_factory_string_faiss_refuses_or_cannot_stream_is_refused_before_any_row_is_read(tmp_path, model, data,
+                                                                                            spec, capsys, monkeypatch):
+    from dive_core.vectors import VectorFile
+
+    ids, x = data
+    src = write_vectors(tmp_path / "in.parquet", ids, x)
+
+    def unread(*args, **kwargs):
+        raise AssertionError("a row was read")
+
+    monkeypatch.setattr(VectorFile, "chunks", unread)
+    monkeypatch.setattr(VectorFile, "id_chunks", unread)
+    rc, _, err = cli([model, src, tmp_path / "out.parquet", "--faiss", tmp_path / "out.faiss", "--index", spec],
+                     capsys)
+    assert rc == 2 and f"dive-compress: error: --index {spec!r}: {REFUSED_INDEX[spec]}" in err, err
+    assert files_in(tmp_path) == ["in.parquet"]
+    # the workflow's job names the entry's key
+    with pytest.raises(C.CompressError, match=rf"^compress\.mine\.faiss_index {re.escape(repr(spec))}: "):
+        C.index_options(spec, 100, 0, 8, C.open_sets(src), C.option_names("mine"))
+
+
+def test_a_sample_too_small_for_the_factory_string_is_refused_naming_the_option(tmp_path, model, data, capsys):
+    ids, x = data
+    src = write_vectors(tmp_path / "in.parquet", ids, x)
+    out, index_path = tmp_path / "out.parquet", tmp_path / "out.faiss"
+    rc, _, err = cli([model, src, out, "--faiss", index_path, "--index", "PQ2x4", "--faiss-train-size", 15], capsys)
+    assert rc == 2 and ("--index 'PQ2x4' trains on at least 16 rows (one per centroid), but its sample holds 15: "
+                        f"--faiss-train-size 15 of {src}'s 301 rows") in err, err
+    rc, _, err = cli([model, src, out, "--index", "PQ2x4"], capsys)
+    assert rc == 2 and "--index 'PQ2x4': names the index of --faiss PATH; give both" in err
+    rc, _, err = cli([model, src, out, "--faiss", index_path, "--index", "PQ2x4", "--faiss-train-size", 0], capsys)
+    assert rc == 2 and "--faiss-train-size 0: expected a number of rows, at least 1" in err
+    assert files_in(tmp_path) == ["in.parquet"]
+    with pytest.raises(C.CompressError, match=r"compress\.mine\.faiss_index 'IVF64,Flat' trains on at least 64 rows.*"
+                                              r"compress\.mine\.faiss_train_size 63 of "):
+        C.index_options("IVF64,Flat", 63, 0, 8, C.open_sets(src), C.option_names("mine"))
+    with pytest.warns(UserWarning, match=r"compress\.mine\.faiss_index 'IVF64,Flat': a sample of 64 rows "
+                                         r"\(compress\.mine\.faiss_train_size\) is below the 39 x 64 = 2496"):
+        assert C.index_options("IVF64,Flat", 64, 3, 8, C.open_sets(src), C.option_names("mine")) == \
+            {"factory": "IVF64,Flat", "train_size": 64, "seed": 3}
+
+
+def test_factory_index_same_bytes_in_two_processes_and_the_seed_matters(tmp_path, model, data):
+    ids, x = data
+    src = write_vectors(tmp_path / "in.npy", ids, x)
+    exe = Path(sys.executable).parent / "dive-compress"
+    made = {}
+    for run, seed in (("a", 1), ("b", 1), ("c", 2)):
+        proc = subprocess.run([str(exe), str(model), str(src), str(tmp_path / f"{run}.npy"), "--faiss",
+                               str(tmp_path / f"{run}.faiss"), "--index", "IVF4,PQ2x4", "--faiss-train-size", "100",
+                               "--faiss-seed", str(seed), "--quiet"], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        made[run] = (tmp_path / f"{run}.faiss").read_bytes()
+    assert made["a"] == made["b"]
+    assert made["c"] != made["a"]  # another sample, other centroids
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "c.npy").read_bytes()  # the vectors do not change
+    assert C.read_metadata(tmp_path / "c.npy")["faiss_index"]["seed"] == 2
+
+
+def test_a_graph_index_is_filled_on_one_thread(tmp_path, model, data, monkeypatch):
+    """HNSW links each added row to the graph so far: FAISS's threads would give another graph each run."""
+    import faiss
+
+    ids, x = data
+    src = write_vectors(tmp_path / "in.parquet", ids, x)
+    opts = C.index_options("HNSW8", 100, 0, 8, C.open_sets(src))
+    out = C.compress_file(model, src, tmp_path / "out.parquet", faiss_index=opts, progress=False)
+    threads = []
+    real_add = faiss.IndexHNSWFlat.add
+
+    def add(self, x):
+        threads.append(faiss.omp_get_max_threads())
+        return real_add(self, x)
+
+    monkeypatch.setattr(faiss.IndexHNSWFlat, "add", add)
+    before = faiss.omp_get_max_threads()
+    C.write_faiss_index(out, tmp_path / "out.faiss", rows=100)
+    assert threads == [1, 1, 1, 1] and faiss.omp_get_max_threads() == before
+    # the graph depends on the chunks it was added in: FAISS's own, fed the same chunks on one thread
+    _, y = C.decode(out)
+    monkeypatch.undo()
+    built = faiss.index_factory(8, "HNSW8", faiss.METRIC_INNER_PRODUCT)
+    faiss.omp_set_num_threads(1)
+    try:
+        for start in range(0, N, 100):
+            built.add(y[start:start + 100])
+    finally:
+        faiss.omp_set_num_threads(before)
+    assert (tmp_path / "out.faiss").read_bytes() == bytes(faiss.serialize_index(built))
+
+
 # --------------------------------------------------------------------------- refusals and atomicity
 def test_refusals_name_the_file(tmp_path, model, data, capsys):
     ids, x = data
@@ -495,6 +671,10 @@ def test_config_entries_outputs_and_refusals():
         C.job_inputs(cfg, "b", "h5")
     with pytest.raises(ConfigError, match="no compress.c"):
         C.entry(cfg, "c")
+    assert C.entry(cfg, "a")["faiss_index"] is None and C.entry(cfg, "a")["faiss_train_size"] == 100_000
+    with pytest.raises(ConfigError, match=r"^config: compress.b.faiss_index = 'OPQ16,PQ16' names the index of "
+                                          r"results/compressed/b.faiss: set compress.b.faiss: true too$"):
+        C.check_config({"compress": {"b": {**cfg["compress"]["b"], "faiss_index": "OPQ16,PQ16"}}})
     with pytest.raises(ConfigError, match=r"compress.x.input: v.csv: unknown vector file type"):
         C.check_config({"compress": {"x": {"model": "m.pt", "input": "v.csv"}}})
     small, big = compress_resources(1000, 10, 1), compress_resources(1_000_000, 10, 4, attempt=2)
@@ -542,7 +722,8 @@ def compress_setup(root: Path) -> tuple[Path, dict]:
         "pq8": {"model": str(model), "input": str(inputs / "corpus.parquet"), "shards": 3, "encoding": "int8",
                 "faiss": True},
         "emb16": {"model": str(model), "input": str(inputs / "embeddings.h5"), "shards": 2, "encoding": "float16"},
-        "plain": {"model": str(folder), "input": str(inputs / "corpus.npy")},
+        "plain": {"model": str(folder), "input": str(inputs / "corpus.npy"), "faiss": True, "faiss_index": "IVF4,PQ2x4",
+                  "faiss_train_size": 150, "faiss_seed": 9},
     }
     config = root / "compress.yaml"
     config.write_text(json.dumps({"compress": entries}), encoding="utf-8")  # JSON is YAML
@@ -558,6 +739,9 @@ def cli_outputs(entries: dict, out: Path) -> dict[str, Path]:
         argv = [e["model"], e["input"], dest, "--encoding", e.get("encoding", "float32")]
         if e.get("faiss"):
             argv += ["--faiss", out / f"{name}.faiss"]
+        if e.get("faiss_index"):
+            argv += ["--index", e["faiss_index"], "--faiss-train-size", e["faiss_train_size"], "--faiss-seed",
+                     e["faiss_seed"]]
         assert cli(argv)[0] == 0
         done[name] = dest
     return done
@@ -572,15 +756,16 @@ def test_workflow_compress_target_gathers_the_bytes_dive_compress_writes(tmp_pat
     # the target needs nothing else of the workflow: no data, no embedding, no training
     proc = snakemake(wd, config, "compress_all")
     assert job_counts(proc.stdout + proc.stderr) == {"compress_part": 5, "compress": 2, "compress_npy": 1,
-                                                     "compress_index": 1, "compress_all": 1}
+                                                     "compress_index": 2, "compress_all": 1}
     got = wd / "results" / "compressed"
     for name, dest in expected.items():
         assert (got / dest.name).read_bytes() == dest.read_bytes(), name
     assert (got / "plain.ids.txt").read_bytes() == (tmp_path / "cli" / "plain.ids.txt").read_bytes()
     assert (got / "plain.meta.json").read_bytes() == (tmp_path / "cli" / "plain.meta.json").read_bytes()
     assert (got / "pq8.faiss").read_bytes() == (tmp_path / "cli" / "pq8.faiss").read_bytes()
-    assert sorted(p.name for p in got.iterdir()) == ["emb16.h5", "plain.ids.txt", "plain.meta.json", "plain.npy",
-                                                     "pq8.faiss", "pq8.parquet"]  # the parts were temporary
+    assert (got / "plain.faiss").read_bytes() == (tmp_path / "cli" / "plain.faiss").read_bytes()  # faiss_index
+    assert sorted(p.name for p in got.iterdir()) == ["emb16.h5", "plain.faiss", "plain.ids.txt", "plain.meta.json",
+                                                     "plain.npy", "pq8.faiss", "pq8.parquet"]  # parts: temporary
     assert sorted(p.name for p in wd.iterdir() if not p.name.startswith(".")) == ["logs", "results"]
     assert sorted(p.name for p in (wd / "results").iterdir()) == ["compressed"]
     # an output under another extension than the input's is refused, naming the right one

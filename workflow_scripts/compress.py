@@ -15,13 +15,18 @@ else:
     kw = dict(group=e["group"], id_column=e["id_column"], vector_column=e["vector_column"], progress=True,
               side=e["side"], allow_zero_rows=e["allow_zero_rows"], allow_duplicate_ids=e["allow_duplicate_ids"])
     vectors = snakemake.input.vectors[0]
+    # a factory index FAISS refuses, or cannot fill as a stream, is refused here, before any row is read
+    index = compress.index_options(e["faiss_index"], e["faiss_train_size"], e["faiss_seed"], method.k,
+                                   compress.open_sets(vectors, e["group"], e["id_column"], e["vector_column"]),
+                                   compress.option_names(snakemake.wildcards.name))
     if snakemake.rule == "compress_part":
         compress.compress_part(method, vectors, snakemake.output[0], snakemake.wildcards.shard, **kw)
         log.info("rows %s of %s -> %s", snakemake.wildcards.shard, vectors, snakemake.output[0])
     elif snakemake.input.parts:
-        compress.gather(method, vectors, snakemake.input.parts, snakemake.output[0], e["encoding"], **kw)
+        compress.gather(method, vectors, snakemake.input.parts, snakemake.output[0], e["encoding"], faiss_index=index,
+                        **kw)
         log.info("gathered %d parts of %s -> %s (%s)", len(snakemake.input.parts), vectors, snakemake.output[0],
                  e["encoding"])
     else:
-        compress.compress_file(method, vectors, snakemake.output[0], e["encoding"], **kw)
+        compress.compress_file(method, vectors, snakemake.output[0], e["encoding"], faiss_index=index, **kw)
         log.info("%s -> %s (%s)", vectors, snakemake.output[0], e["encoding"])

@@ -1,6 +1,7 @@
 """A trained compressor applied to a vector file: vectors in, vectors out, in bounded memory.
 
     dive-compress MODEL INPUT OUTPUT [--encoding float32|float16|int8] [--faiss PATH]
+                  [--index FACTORY [--faiss-train-size ROWS] [--faiss-seed SEED]]
                   [--allow-zero-rows] [--allow-duplicate-ids]
 
 MODEL is a trained compressor: a workflow checkpoint (``results/.../model.pt``) or an exported
@@ -46,7 +47,8 @@ rows    compressing rows in chunks, in batches of at least MIN_BATCH rows; the w
 codec   SQ8 (FAISS QT_8bit): ranges, int8 codes, decoding
 files   vector files in and out: input sets, the input check, writing an output, reading one back
 jobs    part_range, compress_part, gather, compress_file
-index   the FAISS index of a compressed file, written as a stream
+index   the FAISS index of a compressed file, written as a stream; a factory string's index (--index),
+        trained on a seeded sample, filled chunk by chunk
 config  the workflow's ``compress:`` entries (defaults, checks, outputs, job inputs)
 cli     the command ``dive-compress`` (main)
 
@@ -59,14 +61,17 @@ from .codec import sq8_decode, sq8_encode, sq8_ranges
 from .config import ENTRY_DEFAULTS, check_config, entries, entry, job_inputs, output_files, part_dirs, targets
 from .errors import CompressError
 from .files import OutSet, check_input, decode, decode_chunks, open_sets, read_metadata, write_output
-from .index import faiss_index, write_faiss_index
+from .index import (TRAIN_SEED, TRAIN_SIZE, factory_index, faiss_index, index_options, index_record, indexed_set,
+                    min_train_rows, option_names, sample_rows, training_sample, write_faiss_index)
 from .jobs import SPOOL_SET, compress_file, compress_part, gather, part_range
 from .model import RUN_KEYS, describe, job_model, load_model, provenance
 from .rows import (COMPUTE_BYTES, MIN_BATCH, WRITE_BYTES, chunk_rows, compress_rows, compressed_chunks, rechunk,
                    write_rows)
 
 __all__ = [
-    "COMPUTE_BYTES", "ENTRY_DEFAULTS", "MIN_BATCH", "RUN_KEYS", "SPOOL_SET", "WRITE_BYTES", "CompressError", "OutSet",
+    "COMPUTE_BYTES", "ENTRY_DEFAULTS", "MIN_BATCH", "RUN_KEYS", "SPOOL_SET", "TRAIN_SEED", "TRAIN_SIZE", "WRITE_BYTES",
+    "CompressError", "OutSet", "factory_index", "index_options", "index_record", "indexed_set", "min_train_rows",
+    "option_names", "sample_rows", "training_sample",
     "check_config", "check_input", "chunk_rows", "compress_file", "compress_part", "compress_rows", "compressed_chunks",
     "decode", "decode_chunks", "describe", "entries", "entry", "faiss_index", "gather", "job_inputs",
     "job_model", "load_model", "main", "open_sets", "output_files", "part_dirs", "part_range", "provenance",

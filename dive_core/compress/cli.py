@@ -13,7 +13,7 @@ from ..vector_checks import option
 from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFileError, vector_format
 from .errors import CompressError
 from .files import _check_output, open_sets
-from .index import write_faiss_index
+from .index import TRAIN_SEED, TRAIN_SIZE, index_options, write_faiss_index
 from .jobs import compress_file
 from .model import describe, load_model, provenance
 
@@ -36,6 +36,14 @@ def main(argv: list[str] | None = None) -> int:
                          "(uint16 index, fp16 value) pairs, Parquet only, read back by dive_core.sparse.read_codes")
     ap.add_argument("--faiss", metavar="PATH", help="also write a FAISS index of OUTPUT (row i = row i): "
                                                     "IndexFlatIP for float32, the scalar quantizer for float16/int8")
+    ap.add_argument("--index", metavar="FACTORY",
+                    help="with --faiss: the index FAISS's index_factory builds from this string (e.g. 'OPQ16,PQ16', "
+                         "'IVF256,PQ16', 'HNSW32'; inner product) instead of the flat one, trained on a seeded sample "
+                         "of OUTPUT's rows and filled chunk by chunk; recorded in OUTPUT's metadata (faiss_index)")
+    ap.add_argument("--faiss-train-size", type=int, default=TRAIN_SIZE, metavar="ROWS",
+                    help=f"rows of the --index training sample (default {TRAIN_SIZE:,}; every row when fewer)")
+    ap.add_argument("--faiss-seed", type=int, default=TRAIN_SEED, metavar="SEED",
+                    help=f"seed of the sample's numpy Generator (default {TRAIN_SEED})")
     ap.add_argument("--side", choices=("document", "query"), default="document",
                     help="which map of an asymmetric compressor (query_side) to apply: document (the default: a "
                          "corpus) or query; a symmetric compressor maps both alike")
@@ -74,15 +82,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.faiss and args.encoding == SPARSE_ENCODING:
             raise CompressError("--faiss: FAISS holds dense vectors; search sparse codes with "
                                 "dive_core.sparse.SparseCorpus(dive_core.sparse.read_codes(OUTPUT)[1])")
+        if args.index is not None and not args.faiss:
+            raise CompressError(f"--index {args.index!r}: names the index of --faiss PATH; give both")
         print(describe(provenance(method, args.side)), file=sys.stderr)
         _check_output(Path(args.output), sets)
+        index = index_options(args.index, args.faiss_train_size, args.faiss_seed, method.k, sets)
         t0 = time.perf_counter()
         drift: list = []
         out = compress_file(method, args.input, args.output, args.encoding, group=args.group,
                             id_column=args.id_column, vector_column=args.vector_column, rows=args.rows,
                             device=args.device, progress=not args.quiet, side=args.side, drift=drift,
                             allow_zero_rows=args.allow_zero_rows,
-                            allow_duplicate_ids=args.allow_duplicate_ids)
+                            allow_duplicate_ids=args.allow_duplicate_ids, faiss_index=index)
         seconds = time.perf_counter() - t0
         n = sum(vf.n for vf in sets)
         print(f"{out}: {n} vectors {method.d} -> {method.k} dimensions, {args.encoding}, in {seconds:.1f} s "
@@ -96,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             with atomic_open(args.drift_report, "w", encoding="utf-8") as fh:
                 json.dump(reports, fh, indent=2)
         if args.faiss:
-            print(f"{write_faiss_index(out, args.faiss, progress=not args.quiet)}: FAISS index of {out}")
+            t0 = time.perf_counter()
+            path = write_faiss_index(out, args.faiss, progress=not args.quiet)
+            what = f"FAISS index {args.index!r} (trained on a sample of {args.faiss_train_size} rows at most, seed " \
+                   f"{args.faiss_seed})" if index else "FAISS index"
+            print(f"{path}: {what} of {out}, {path.stat().st_size} bytes, in {time.perf_counter() - t0:.1f} s")
     except (CompressError, VectorFileError) as exc:  # a row the reader refuses: its message names the file
         print(f"dive-compress: error: {exc}", file=sys.stderr)
         return 2

@@ -7,10 +7,12 @@ from typing import Any, Mapping
 
 from ..methods.specs import SIDES  # torch-free: what Method.compress maps (the schema enum's owner)
 from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFileError, ids_path, meta_path, vector_format
+from .index import TRAIN_SEED, TRAIN_SIZE
 
 ENTRY_DEFAULTS = {"shards": 1, "encoding": "float32", "faiss": False, "group": None, "id_column": ID_COLUMN,
                   "vector_column": VECTOR_COLUMN, "side": "document", "allow_zero_rows": False,
-                  "allow_duplicate_ids": False}
+                  "allow_duplicate_ids": False, "faiss_index": None, "faiss_train_size": TRAIN_SIZE,
+                  "faiss_seed": TRAIN_SEED}
 
 
 def entries(config: Mapping[str, Any]) -> dict[str, dict]:
@@ -41,6 +43,9 @@ def check_config(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"config: compress.{name}.encoding = {e['encoding']!r}: expected one of {ENCODINGS}")
         if e["side"] not in SIDES:
             raise ConfigError(f"config: compress.{name}.side = {e['side']!r}: expected one of {list(SIDES)}")
+        if e["faiss_index"] is not None and not e["faiss"]:
+            raise ConfigError(f"config: compress.{name}.faiss_index = {e['faiss_index']!r} names the index of "
+                              f"{paths.COMPRESSED_INDEX.format(name=name)}: set compress.{name}.faiss: true too")
         if str(e["model"]).startswith(paths.COMPRESSED.split("{")[0]):
             raise ConfigError(f"config: compress.{name}.model: {e['model']} is a compressed output, not a compressor")
 

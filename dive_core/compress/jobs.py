@@ -19,6 +19,7 @@ from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorWriter, open_ve
 from .codec import _floats, sq8_ranges
 from .errors import CompressError
 from .files import OutSet, _bar, _check_output, check_input, open_sets, write_output
+from .index import index_record, indexed_set
 from .model import _method, provenance
 from .rows import compressed_chunks, rechunk, write_rows
 
@@ -111,11 +112,12 @@ def _part_meta(part_dir: Path, j: int) -> dict:
 def gather(model, input: str | Path, parts: Sequence[str | Path], output: str | Path, encoding: str = "float32",
            *, group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
            device: str = "cpu", progress: bool = True, side: str = "document", allow_zero_rows: bool = False,
-           allow_duplicate_ids: bool = False) -> Path:
+           allow_duplicate_ids: bool = False, faiss_index: dict | None = None) -> Path:
     """Write the parts of ``input`` (:func:`compress_part`, in row order) to ``output`` as
     ``dive-compress`` writes it: int8 ranges from the whole input (every part's min and max). The
     parts checked the input's rows and ids; each must have let through what this gather allows
-    (``allow_*``, recorded in the output), no more and no less."""
+    (``allow_*``, recorded in the output), no more and no less. ``faiss_index``: the factory
+    index's options (:func:`~dive_core.compress.index_options`), recorded in the indexed set's record."""
     method = _method(model, device)
     sets = open_sets(input, group, id_column, vector_column)
     check_input(method, sets, model, ids=False)  # the parts checked every id and row
@@ -147,7 +149,7 @@ def gather(model, input: str | Path, parts: Sequence[str | Path], output: str | 
             vmax = np.max(np.asarray(maxs, np.float32), axis=0) if maxs else np.zeros(method.k, np.float32)
             ranges = sq8_ranges(vmin, vmax)
             sq8 = (_floats(ranges[0]), _floats(ranges[1]))
-        rec = records.compressed(prov, vf, encoding, sq8, allow)
+        rec = records.compressed(prov, vf, encoding, sq8, allow, _index_of(faiss_index, sets, vf))
         files = [open_vectors(p / SPOOL_SET.format(j)) for p in parts]
         blocks = chain.from_iterable(f.chunks(write_rows(method.k)) for f in files)
         out_sets.append(OutSet(vf.group, vf.n, method.k, blocks, rec, ranges))
@@ -156,6 +158,11 @@ def gather(model, input: str | Path, parts: Sequence[str | Path], output: str | 
         for s in out_sets:
             s.blocks = _counted(rechunk(s.blocks, write_rows(method.k)), bar)
         return write_output(output, out_sets, encoding, id_column)
+
+
+def _index_of(options: dict | None, sets, vf) -> dict | None:
+    """The ``faiss_index`` record of set ``vf`` (:func:`index_record`): only the indexed set's."""
+    return index_record(options, vf.n) if options and vf is indexed_set(sets, vf.path) else None
 
 
 def _counted(blocks, bar):
@@ -167,14 +174,16 @@ def _counted(blocks, bar):
 def compress_file(model, input: str | Path, output: str | Path, encoding: str = "float32", *,
                   group: str | None = None, id_column: str = ID_COLUMN, vector_column: str = VECTOR_COLUMN,
                   rows: int | None = None, device: str = "cpu", progress: bool = True, side: str = "document",
-                  drift: list | None = None, allow_zero_rows: bool = False, allow_duplicate_ids: bool = False) -> Path:
+                  drift: list | None = None, allow_zero_rows: bool = False, allow_duplicate_ids: bool = False,
+                  faiss_index: dict | None = None) -> Path:
     """Compress every row of ``input`` into ``output`` (what ``dive-compress`` does), by the map of
     ``side``: ``document`` (a corpus: the default) or ``query`` (an asymmetric compressor's query map).
     ``drift``: a list that receives ``(input set, drift report)`` per set, for a compressor whose
     record holds fit statistics (:mod:`dive_core.compress.drift`), on the document side. The input
     is checked as :func:`compress_part` checks it (ids first, rows as they are read), and nothing is
     written when it fails; ``allow_zero_rows`` / ``allow_duplicate_ids`` let such rows through on
-    purpose, and the output's record says so."""
+    purpose, and the output's record says so; ``faiss_index``: the factory index's options, recorded
+    as :func:`gather` records them."""
     method = _method(model, device)
     sets = open_sets(input, group, id_column, vector_column)
     output = Path(output)
@@ -183,6 +192,8 @@ def compress_file(model, input: str | Path, output: str | Path, encoding: str = 
         raise CompressError(f"encoding {encoding!r}: expected one of {(*ENCODINGS, SPARSE_ENCODING)}")
     allow = dict(allow_zero_rows=allow_zero_rows, allow_duplicate_ids=allow_duplicate_ids)
     if encoding == SPARSE_ENCODING:
+        if faiss_index:
+            raise CompressError("--index: FAISS holds dense vectors, not sparse codes")
         return _compress_codes(method, sets, output, model, id_column, rows, progress, side, drift, allow)
     if encoding == "int8":  # pass 1: compressed float32 rows and their ranges, spooled beside the output
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -191,7 +202,8 @@ def compress_file(model, input: str | Path, output: str | Path, encoding: str = 
                                  vector_column=vector_column, rows=rows, progress=progress, side=side, drift=drift,
                                  **allow)
             return gather(method, input, [part], output, encoding, group=group, id_column=id_column,
-                          vector_column=vector_column, progress=progress, side=side, **allow)
+                          vector_column=vector_column, progress=progress, side=side, faiss_index=faiss_index,
+                          **allow)
     check_input(method, sets, model, allow_duplicate_ids)
     prov = provenance(method, side)
     with _bar(sum(vf.n for vf in sets), "compress", progress) as bar:
@@ -199,7 +211,8 @@ def compress_file(model, input: str | Path, output: str | Path, encoding: str = 
                            rechunk(compressed_chunks(method, vf, 0, vf.n, rows, bar, side,
                                                      _monitor(method, side, drift, vf), allow_zero_rows),
                                    write_rows(method.k)),
-                           records.compressed(prov, vf, encoding, allowed=allowed(**allow)))
+                           records.compressed(prov, vf, encoding, allowed=allowed(**allow),
+                                              faiss_index=_index_of(faiss_index, sets, vf)))
                     for vf in sets]
         return write_output(output, out_sets, encoding, id_column)
 
