@@ -165,14 +165,17 @@ class ReconstructionMSELoss(nn.Module):
         return F.mse_loss(reconstruction, target)
 
 
-def _l1(diff: torch.Tensor, reduction: str) -> torch.Tensor:
+def _l1(diff: torch.Tensor, reduction: str, weight: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over items of |diff|_1 (``"sum"`` over coordinates) or of the per-coordinate mean
-    absolute error (``"mean"``, what ``torch.nn.L1Loss()`` computes): the two differ by 1/d."""
-    if reduction == "sum":
-        return diff.abs().sum(-1).mean()
-    if reduction == "mean":
-        return diff.abs().mean()
-    raise ValueError(f"L1 reduction must be 'sum' or 'mean', not {reduction!r}")
+    absolute error (``"mean"``, what ``torch.nn.L1Loss()`` computes): the two differ by 1/d.
+    ``weight`` (n,) of 0 / 1: the mean over the rows of weight 1 only (a batch padded to a fixed
+    number of rows)."""
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"L1 reduction must be 'sum' or 'mean', not {reduction!r}")
+    if weight is not None:
+        per_row = diff.abs().sum(-1) if reduction == "sum" else diff.abs().mean(-1)
+        return (per_row * weight).sum() / weight.sum()
+    return diff.abs().sum(-1).mean() if reduction == "sum" else diff.abs().mean()
 
 
 class L1ReconstructionLoss(nn.Module):
@@ -189,8 +192,9 @@ class L1ReconstructionLoss(nn.Module):
         _l1(torch.zeros(1, 1), reduction)  # cpu: validates the reduction name only
         self.reduction = reduction
 
-    def forward(self, adapted: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
-        return _l1(adapted - frozen, self.reduction)
+    def forward(self, adapted: torch.Tensor, frozen: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """``weight`` (n,) of 0 / 1: the mean over the rows of weight 1 (:func:`_l1`)."""
+        return _l1(adapted - frozen, self.reduction, weight)
 
 
 class QueryPredictionLoss(L1ReconstructionLoss):
@@ -220,11 +224,18 @@ class PairwiseSoftplusRankLoss(nn.Module):
         return ((y_p - y_n) * F.softplus(_cosine_rows(q, n) - _cosine_rows(q, p))).mean()
 
 
+@functools.lru_cache(maxsize=16)
+def _prefix_columns(prefixes: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """The last column of each prefix, made once per device (not uploaded at every step: a CUDA
+    graph cannot record an upload from host memory)."""
+    return torch.as_tensor([m - 1 for m in prefixes], device=device)
+
+
 def prefix_cosine_rows(a: torch.Tensor, b: torch.Tensor, prefixes) -> torch.Tensor:
     """``C[i, p] = cos(a_i[:m_p], b_i[:m_p])`` for every prefix size m_p: shape (n, P), from
     cumulative sums of ``a*b``, ``a*a`` and ``b*b`` over coordinates (all prefixes at the cost
     of one). Norms clamp at 1e-12 as ``F.normalize`` does."""
-    cols = torch.as_tensor([int(m) - 1 for m in prefixes], device=a.device)
+    cols = _prefix_columns(tuple(int(m) for m in prefixes), a.device)
     ab, aa, bb = ((x * y).cumsum(-1)[:, cols] for x, y in ((a, b), (a, a), (b, b)))
     return ab / (aa.clamp_min(1e-24).sqrt() * bb.clamp_min(1e-24).sqrt())
 
@@ -287,15 +298,22 @@ class MatryoshkaPairSimilarityLoss(nn.Module):
         if not self.prefixes:
             raise ValueError(f"{type(self).__name__} needs at least one prefix size")
 
-    def pair_mask(self, cz: torch.Tensor) -> torch.Tensor:
-        """Boolean (n, n) mask of the pairs (i, j) in Omega, from the frozen cosines ``cz``."""
-        return ~torch.eye(cz.shape[0], dtype=torch.bool, device=cz.device)
+    def pair_mask(self, cz: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """Boolean (n, n) mask of the pairs (i, j) in Omega, from the frozen cosines ``cz``;
+        ``weight`` (n,) of 0 / 1: only items of weight 1 take part (padding rows do not)."""
+        off = ~torch.eye(cz.shape[0], dtype=torch.bool, device=cz.device)
+        if weight is None:
+            return off
+        item = weight > 0
+        return off & item[:, None] & item[None, :]
 
-    def forward(self, e: torch.Tensor, z: torch.Tensor, deviation=None) -> torch.Tensor:
+    def forward(self, e: torch.Tensor, z: torch.Tensor, deviation=None, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """``weight`` (n,) of 0 / 1, optional: the items of weight 0 are padding, left out of Omega
+        (a batch of a fixed number of rows; with fewer than 2 items of weight 1 the mean is 0/0)."""
         if z.shape[0] < 2:
             return e.sum() * 0.0
         dev, cz = deviation if deviation is not None else prefix_similarity_deviation(e, z, self.prefixes)
-        w = self.pair_mask(cz).to(dev.dtype)  # a weighted sum, not boolean indexing: cheaper backward
+        w = self.pair_mask(cz, weight).to(dev.dtype)  # a weighted sum, not boolean indexing: cheaper backward
         return (dev * w).sum() / (w.sum() * dev.shape[0])
 
 
@@ -315,11 +333,18 @@ class MatryoshkaTopKSimilarityLoss(MatryoshkaPairSimilarityLoss):
             raise ValueError(f"MatryoshkaTopKSimilarityLoss: topk must be >= 1, got {topk}")
         self.topk = int(topk)
 
-    def pair_mask(self, cz: torch.Tensor) -> torch.Tensor:
+    def pair_mask(self, cz: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         n = cz.shape[0]
         eye = torch.eye(n, dtype=torch.bool, device=cz.device)
-        nn_idx = cz.masked_fill(eye, float("-inf")).topk(min(self.topk, n - 1), dim=1).indices
-        return torch.zeros_like(eye).scatter_(1, nn_idx, True)
+        if weight is None:
+            nn_idx = cz.masked_fill(eye, float("-inf")).topk(min(self.topk, n - 1), dim=1).indices
+            return torch.zeros_like(eye).scatter_(1, nn_idx, True)
+        # padding items (weight 0) are nobody's neighbour and have none: with n' real items each
+        # real row keeps its min(topk, n' - 1) finite picks, the same set as among the n' alone
+        item = weight > 0
+        vals, nn_idx = cz.masked_fill(eye | ~item[None, :], float("-inf")).topk(min(self.topk, n - 1), dim=1)
+        picked = torch.zeros_like(eye).scatter_(1, nn_idx, torch.isfinite(vals))
+        return picked & item[:, None]
 
 
 # ---- baseline losses: SMEC ----

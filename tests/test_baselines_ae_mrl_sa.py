@@ -50,10 +50,26 @@ def test_distinct_items_dedupes_and_maps_back():
         docs=np.arange(5 * 3, dtype=np.float32).reshape(5, 3), queries=-np.arange(4 * 3).reshape(4, 3),
         t_q=[0, 0, 2, 2], t_p=[1, 1, 3, 4], t_n=[4, 2, 1, 1], y_p=[1, 1, 1, 1], y_n=[0, 0, 0, 0])
     idx = torch.arange(4)
-    z, iq, ip, in_ = distinct_items(data, idx)
-    assert z.shape[0] == 2 + 4  # queries {0, 2}, docs {1, 2, 3, 4}
+    z, w, iq, ip, in_ = distinct_items(data, idx)
+    assert z.shape[0] == 3 * 4 and w.tolist() == [1, 1, 0, 0] + [1, 1, 1, 1, 0, 0, 0, 0]  # fixed size, padded
+    real = z[w > 0]
+    assert torch.equal(real, torch.cat([data.queries[[0, 2]], data.docs[[1, 2, 3, 4]]]))  # queries {0, 2}, docs {1, 2, 3, 4}
     q, p, n, _, _ = data.triplet_batch(idx)
     assert torch.equal(z[iq], q) and torch.equal(z[ip], p) and torch.equal(z[in_], n)
+
+
+def test_distinct_rows_is_unique_at_a_fixed_size():
+    from dive_core.methods.mrl import distinct_rows
+
+    g = torch.Generator().manual_seed(0)
+    for n, high in ((1, 3), (7, 3), (50, 20), (128, 1000), (64, 1)):
+        rows = torch.randint(0, high, (n,), generator=g)
+        uniq, inverse, weight = distinct_rows(rows)
+        want, want_inv = torch.unique(rows, return_inverse=True)
+        u = want.shape[0]
+        assert uniq.shape == inverse.shape == weight.shape == (n,)
+        assert torch.equal(uniq[:u], want) and torch.equal(inverse, want_inv)
+        assert weight.tolist() == [1.0] * u + [0.0] * (n - u)
 
 
 # --------------------------------------------------------------------------- methods

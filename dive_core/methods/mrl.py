@@ -15,7 +15,9 @@ Decisions (left open by the paper; docs/decisions.md):
   positive in one triplet and a negative in another, or a query with several triplets, counts
   once). Repeats would add zero-loss self-pairs and, worse, fill nearest-neighbour slots of
   L_topk with copies of the item itself. The adapter runs once per distinct item; L_rank
-  gathers the triplets' vectors from those outputs.
+  gathers the triplets' vectors from those outputs. The distinct items are padded to a fixed
+  3B rows (B query rows, 2B document rows; padding has weight 0 in every term), so no shape of the
+  step depends on the batch and a CUDA graph can record it (``distinct_items``).
 - Nearest neighbours: K = min(topk_neighbors, n - 1) among the n distinct items, excluding i.
 - Prefixes below min_prefix are only k (and d); M is sorted ascending; every prefix has equal
   weight.
@@ -72,23 +74,44 @@ def matryoshka_prefixes(d: int, k: int, min_prefix: int) -> list[int]:
     return sorted(out)
 
 
-def distinct_items(data, idx: torch.Tensor):
-    """Frozen embeddings of the distinct queries and documents used by triplets ``idx``.
+def distinct_rows(rows: torch.Tensor):
+    """``torch.unique(rows, return_inverse=True)`` with a fixed output size: ``(uniq, inverse,
+    weight)``, each of ``rows``' length n. ``uniq[:u]`` are the u distinct values in ascending order
+    and ``uniq[u:]`` repeat the largest (padding); ``weight`` is 1 on the first u slots, 0 on the
+    padding; ``uniq[inverse] == rows``. Sort-based, no shape depends on the values (a CUDA graph can
+    record it)."""
+    n = rows.shape[0]
+    s, order = torch.sort(rows, stable=True)
+    first = torch.ones_like(s, dtype=torch.bool)
+    first[1:] = s[1:] != s[:-1]
+    slot = first.cumsum(0) - 1  # each sorted value's distinct slot
+    where = torch.searchsorted(slot, torch.arange(n, device=rows.device)).clamp_max(n - 1)
+    inverse = torch.empty_like(slot).scatter_(0, order, slot)
+    weight = (torch.arange(n, device=rows.device) <= slot[-1]).to(torch.float32)
+    return s[where], inverse, weight
 
-    Returns ``(z, iq, ip, in_)``: ``z`` stacks the distinct query rows then the distinct document
-    rows; ``z[iq]``, ``z[ip]``, ``z[in_]`` are the triplets' query, positive and negative.
+
+def distinct_items(data, idx: torch.Tensor):
+    """Frozen embeddings of the distinct queries and documents used by triplets ``idx`` (b of
+    them), padded to a fixed number of rows.
+
+    Returns ``(z, weight, iq, ip, in_)``: ``z`` (3b, d) stacks b query rows (the distinct queries,
+    ascending, then padding) and 2b document rows (the distinct documents, then padding); ``weight``
+    (3b,) is 1 on the distinct items and 0 on the padding rows; ``z[iq]``, ``z[ip]``, ``z[in_]`` are
+    the triplets' query, positive and negative. The same items as ``torch.unique`` gives, in the
+    same order, at a size that does not depend on how many there are.
     """
     b = idx.shape[0]
-    uq, q_inv = torch.unique(data.t_q[idx], return_inverse=True)
-    ud, d_inv = torch.unique(torch.cat([data.t_p[idx], data.t_n[idx]]), return_inverse=True)
+    uq, q_inv, wq = distinct_rows(data.t_q[idx])
+    ud, d_inv, wd = distinct_rows(torch.cat([data.t_p[idx], data.t_n[idx]]))
     z = torch.cat([data.queries[uq], data.docs[ud]])
-    nq = uq.shape[0]
-    return z, q_inv, nq + d_inv[:b], nq + d_inv[b:]
+    return z, torch.cat([wq, wd]), q_inv, b + d_inv[:b], b + d_inv[b:]
 
 
 @register
 class MatryoshkaAdaptor(TorchMethod):
     type = "mrl"
+    cuda_graph = True  # both stages: fixed shapes, no host synchronisation (distinct_items)
 
     def build(self) -> None:
         min_prefix, topk = int(self.hp["min_prefix"]), int(self.hp["topk_neighbors"])
@@ -105,19 +128,21 @@ class MatryoshkaAdaptor(TorchMethod):
         if self.schedule == "two_stage":  # unsupervised on the corpus, then supervised
             first = (epochs + 1) // 2
             self.train_phase(data, log, first, self.hp["lr"], self.unsupervised_loss, self.net.parameters(),
-                             phase="unsupervised", progress=progress, n_items=int(data.docs.shape[0]))
+                             phase="unsupervised", progress=progress, n_items=int(data.docs.shape[0]),
+                             cuda_graph=self.graph_capturable())
             epochs -= first
         self.train_phase(data, log, epochs, self.hp["lr"], self.batch_loss, self.net.parameters(),
                          phase="supervised" if self.schedule == "two_stage" else "train", progress=progress)
 
-    def _geometry(self, e, z) -> dict[str, torch.Tensor]:
-        """Weighted L_topk, alpha L_pair, beta L_rec of adapted ``e`` against frozen ``z``."""
+    def _geometry(self, e, z, weight=None) -> dict[str, torch.Tensor]:
+        """Weighted L_topk, alpha L_pair, beta L_rec of adapted ``e`` against frozen ``z``; rows of
+        ``weight`` 0 are padding, left out of every term."""
         alpha, beta = float(self.hp["alpha"]), float(self.hp["beta"])
         dev = prefix_similarity_deviation(e, z, self.prefixes)  # shared by L_topk and L_pair
-        topk = self.topk_loss(e, z, dev)
+        topk = self.topk_loss(e, z, dev, weight)
         zero = topk.new_zeros(())
-        return {"topk": topk, "pair": alpha * self.pair_loss(e, z, dev) if alpha else zero,
-                "reconstruction": beta * self.rec_loss(e, z) if beta else zero}
+        return {"topk": topk, "pair": alpha * self.pair_loss(e, z, dev, weight) if alpha else zero,
+                "reconstruction": beta * self.rec_loss(e, z, weight) if beta else zero}
 
     def unsupervised_loss(self, data, idx):
         """Two-stage schedule, first stage: the geometry terms on a batch of corpus documents."""
@@ -128,9 +153,9 @@ class MatryoshkaAdaptor(TorchMethod):
 
     def batch_loss(self, data, idx):
         gam = float(self.hp["gamma_rank"])
-        z, iq, ip, in_ = distinct_items(data, idx)
+        z, weight, iq, ip, in_ = distinct_items(data, idx)
         e = self.net["adapter"](z)
-        terms = self._geometry(e, z)
+        terms = self._geometry(e, z, weight)
         terms["rank"] = gam * self.rank_loss(e[iq], e[ip], e[in_], data.y_p[idx], data.y_n[idx]) \
             if gam else terms["topk"].new_zeros(())
         return {"loss": sum(terms.values()), **{k: v.detach() for k, v in terms.items()}}
