@@ -393,8 +393,6 @@ class SMECCrossBatchLoss(nn.Module):
         """``scale`` (w,), optional: both sides' coordinates multiplied by it, ``a * s`` and
         ``b * s``, without forming ``b * s`` (SMEC's narrow width as its k-hot ADS mask over the
         wide coordinates: ``cos(a * s, b * s) = sum_c a_c b_c s_c^2 / (|a * s| |b * s|)``)."""
-        if not bool(valid.any()):
-            return (anchor.sum() + neighbours.sum() + (0.0 if scale is None else scale.sum())) * 0.0
         # cos = a.b / (|a| |b|), the dots as one batched product (A, m, w) @ (A, w, 1): no
         # normalised (or scaled) copy of the (A, m, w) neighbours, forward or backward
         s2 = None if scale is None else scale * scale
@@ -407,4 +405,5 @@ class SMECCrossBatchLoss(nn.Module):
             b_norm = torch.matmul(neighbours * neighbours, s2).sqrt()
         norms = a_norm.clamp_min(1e-12) * b_norm.clamp_min(1e-12)
         w = valid.to(dots.dtype)  # the mean over Omega as a weighted sum (no boolean gather)
-        return ((dots / norms - target).abs() * w).sum() / w.sum()
+        # an empty Omega gives 0 (and zero gradients) without reading ``valid`` back to the host
+        return ((dots / norms - target).abs() * w).sum() / w.sum().clamp_min(1.0)

@@ -205,6 +205,7 @@ def run_epochs(
     after_step: Callable[[], None] | None = None,
     precision: str = "fp32",
     cuda_graph: bool = False,
+    before_epoch: Callable[[torch.Tensor], None] | None = None,
 ) -> None:
     """AdamW over shuffled mini-batches of ``range(n_items)`` for ``epochs`` epochs.
 
@@ -230,6 +231,11 @@ def run_epochs(
     graph (:class:`CapturedStep`) instead of launching each kernel from Python; ``batch_loss`` must
     then be capturable (no host synchronisation, no data-dependent shapes, no CPU generator). The
     kernels, and so the weights, are those of the plain step. Ignored on other devices.
+
+    ``before_epoch(order)``: called with the epoch's order of items (the (n_items,) permutation on
+    ``device``; (S, n_items) for S fits), before its first step and outside any recorded step: what
+    the steps need that depends only on which items come when (not on the weights) can be worked
+    out there, with host reads, and the steps read it from fixed-shape tensors (SMEC's queue).
     """
     from tqdm import tqdm
 
@@ -276,6 +282,8 @@ def run_epochs(
         sums = None  # the logged terms of the epoch, one float64 vector in the order of ``keys``
         # cpu: one order on every device; copied to the device once per epoch, not once per step
         order = torch.stack([torch.randperm(n_items, generator=g) for g in gens]).to(device)
+        if before_epoch is not None:
+            before_epoch(order if stacked else order[0])
         for idx in order.split(batch_size, dim=1):
             idx = idx if stacked else idx[0]
             names, v = captured(idx) if captured is not None and idx.shape[-1] == batch_size else step(idx)

@@ -230,20 +230,20 @@ def test_same_seed_is_deterministic(problem, trained):
 def test_first_step_objective_by_hand(problem):
     """Step 1 of stage 1: identity adapter, empty queue, so the objective is
     1/2 R(z) + 1/2 R(z[:, I]) with I the step's Gumbel selection and no S-XBM term; the queue
-    then holds the step's distinct items in order of last appearance."""
+    then holds the step's distinct items, whose stored vectors step 2 reads."""
     m = new_method("smec", problem.d, problem.k, dict(SMEC_HP, epochs=2), seed=3)
     calls = []
     original = m._stage_loss
 
     def spy(data, idx):
-        gen_state = m._gen.get_state()
-        queue_keys = m._queue.keys.tolist()
-        queue_wide = m._queue.wide.clone()
+        t = int(m._t)  # the step's row of the epoch's schedule (SMEC._schedule)
+        row = {k: v[t].clone() for k, v in m._sched.items()}
         adapter_down = m.stages[0].adapter.down.weight.detach().clone()
+        table = m._wide.clone()
         out = original(data, idx)
-        calls.append(dict(idx=idx.clone(), gen_state=gen_state, queue=queue_keys, queue_wide=queue_wide,
-                          adapter_down=adapter_down, z=m._z,
-                          pending=m._pending[0].tolist(), out={k: v.detach() for k, v in out.items()}))
+        calls.append(dict(idx=idx.clone(), row=row, table=table, adapter_down=adapter_down, z=m._z,
+                          items=torch.cat([m._tq[idx], m._tp[idx], m._tn[idx]]),
+                          out={k: v.detach() for k, v in out.items()}))
         if len(calls) == 2:
             raise StopIteration  # enough
         return out
@@ -254,8 +254,7 @@ def test_first_step_objective_by_hand(problem):
     first, second = calls
     data = problem.train
     idx = first["idx"].tolist()
-    _, sel = gumbel_topk_mask(torch.zeros(problem.d), problem.d // 2, 1.0,
-                              torch.Generator().set_state(first["gen_state"]))
+    _, sel = gumbel_topk_mask(torch.zeros(problem.d), problem.d // 2, 1.0, noise=first["row"]["noise"])
     sel = sel.tolist()
     q, p, n = (data.queries.numpy(), data.docs.numpy(), data.docs.numpy())
     terms_wide, terms_narrow = [], []
@@ -266,17 +265,23 @@ def test_first_step_objective_by_hand(problem):
         pick = lambda v: [float(v[c]) for c in sel]  # noqa: E731
         terms_narrow.append(w * _softplus(_cos(pick(qi), pick(ni)) - _cos(pick(qi), pick(pi))))
     out = first["out"]
-    assert first["queue"] == [] and out["neighbours"].item() == 0.0
+    # the step's anchors: its distinct items, padded to 3B rows of weight 0
+    distinct = torch.unique(first["items"])
+    assert first["row"]["anchors"].shape == (3 * SMEC_HP["batch_size"],)
+    assert torch.equal(first["row"]["anchors"][first["row"]["weight"] > 0], distinct)
+    assert not first["row"]["valid"].any() and out["neighbours"].item() == 0.0  # empty queue
     assert out["xbm_wide"].item() == 0.0 and out["xbm_narrow"].item() == 0.0
     assert out["rank_wide"].item() == pytest.approx(0.5 * sum(terms_wide) / len(idx), rel=1e-5)
     assert out["rank_narrow"].item() == pytest.approx(0.5 * sum(terms_narrow) / len(idx), rel=1e-5)
     assert out["loss"].item() == pytest.approx(out["rank_wide"].item() + out["rank_narrow"].item(), rel=1e-6)
-    assert second["queue"] == _ref_push([], first["pending"], SMEC_HP["queue_size"])
     assert second["out"]["neighbours"].item() == 10.0
-    # the memory holds each entry's stage vector from the step that enqueued it: step 1 ran the
-    # identity adapter, so the stored vectors are exactly the frozen inputs z, although the
-    # adapter has moved since (a recomputation would give f(z) != z)
-    assert torch.equal(second["queue_wide"], second["z"][torch.tensor(second["queue"])])
+    # step 2's neighbours are items step 1 pushed, and the memory holds each entry's stage vector
+    # from the step that enqueued it: step 1 ran the identity adapter, so the stored vectors are
+    # exactly the frozen inputs z, although the adapter has moved since (f(z) != z)
+    valid = second["row"]["valid"] & (second["row"]["weight"] > 0)[:, None]
+    nb = second["row"]["nb"][valid]
+    assert set(nb.tolist()) <= set(distinct.tolist())
+    assert torch.equal(second["table"][nb], second["z"][nb])
     assert second["adapter_down"].abs().sum() > 0
 
 

@@ -318,10 +318,12 @@ class TorchMethod(Method):
                          self.net.parameters(), progress=progress)
 
     def train_phase(self, data, log, epochs, lr, loss_fn, params, phase="train", progress=True,
-                    after_step=None, n_items: int | None = None, seed=None, cuda_graph: bool | None = None) -> None:
+                    after_step=None, n_items: int | None = None, seed=None, cuda_graph: bool | None = None,
+                    before_epoch=None) -> None:
         """One call of the shared loop; ``n_items`` defaults to :meth:`n_items`, ``seed`` to this fit's
         (:meth:`fit_together`: the stacked fits' seeds, ``log`` their logs), ``cuda_graph`` to whether
-        ``loss_fn`` is this method's capturable ``batch_loss``."""
+        ``loss_fn`` is this method's capturable ``batch_loss``; ``before_epoch`` as in
+        :func:`~dive_core.training.run_epochs`."""
         self.net.to(data.device).train()
         if cuda_graph is None:
             cuda_graph = loss_fn == self.batch_loss and after_step is None and self.graph_capturable()
@@ -330,7 +332,7 @@ class TorchMethod(Method):
             epochs=int(epochs), batch_size=int(self.hp["batch_size"]), lr=float(lr),
             weight_decay=float(self.hp["weight_decay"]), seed=self.seed if seed is None else seed, log_=log,
             phase=phase, desc=f"{self.type}:{phase}", progress=progress, device=data.device,
-            after_step=after_step, precision=self.precision, cuda_graph=cuda_graph,
+            after_step=after_step, precision=self.precision, cuda_graph=cuda_graph, before_epoch=before_epoch,
         )
         self.net.eval()
 

@@ -71,6 +71,7 @@ from .base import TorchMethod, register
 @register
 class SearchAdaptor(TorchMethod):
     type = "search_adaptor"
+    cuda_graph = True  # batch_loss: fixed shapes, no host synchronisation
 
     def build(self) -> None:
         ph = int(self.hp["predictor_hidden"])

@@ -139,16 +139,23 @@ def topk_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
     return order[:k].sort().values
 
 
-def gumbel_topk_mask(logits: torch.Tensor, k: int, tau: float,
-                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gumbel_noise(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One Gumbel(0, 1) draw of ``n`` coordinates, on the CPU (the same noise on every device)."""
+    u = torch.rand((n,), generator=generator, dtype=torch.float32)
+    return -torch.log(-torch.log(u.clamp_min(1e-20)))
+
+
+def gumbel_topk_mask(logits: torch.Tensor, k: int, tau: float, generator: torch.Generator | None = None,
+                     noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Straight-through Gumbel top-k over a 1-D logit vector.
 
     Returns ``(mask, idx)``: ``mask`` is exactly k-hot in the forward pass (``hard + (soft -
     soft.detach())`` adds an exact zero) and back-propagates the gradient of the relaxation
-    ``soft = softmax((logits + g) / tau)``; ``idx`` = the k chosen coordinates, ascending.
+    ``soft = softmax((logits + g) / tau)``; ``idx`` = the k chosen coordinates, ascending. ``g`` is
+    ``noise`` if given (drawn before the step: :func:`gumbel_noise`), else drawn here from ``generator``.
     """
-    u = torch.rand(logits.shape, generator=generator, dtype=torch.float32)  # cpu: the same noise on every device
-    g = (-torch.log(-torch.log(u.clamp_min(1e-20)))).to(device=logits.device, dtype=logits.dtype)
+    g = gumbel_noise(logits.shape[0], generator) if noise is None else noise
+    g = g.to(device=logits.device, dtype=logits.dtype)
     perturbed = logits + g
     idx = topk_indices(perturbed, k)
     hard = torch.zeros(logits.shape, dtype=logits.dtype, device=logits.device).index_fill(0, idx, 1.0)
@@ -311,6 +318,7 @@ class SMECStage(nn.Module):
 @register
 class SMEC(TorchMethod):
     type = "smec"
+    cuda_graph = True  # _stage_loss and _push: fixed shapes, no host read (the queue's search in _schedule)
 
     def build(self) -> None:
         self.queue_size = int(self.hp["queue_size"])
@@ -342,6 +350,12 @@ class SMEC(TorchMethod):
         return [step for st in self.stages for step in (st.adapter.layers(st.selected.cpu()), NORMALIZE)]
 
     # -- training ----------------------------------------------------------------------
+    # The step is recordable as a CUDA graph (fixed shapes, no host read): what depends only on
+    # which items a step trains on (its distinct items, their S-XBM neighbours in the queue, the
+    # Gumbel noise) is worked out for every step of an epoch before the epoch (``_schedule``, with
+    # the queue of keys kept there), and the step reads its row of those tensors at a step counter
+    # kept on the device. The anchors are padded to 3B rows (weight 0). The stored wide vectors live
+    # in a per-item table written by the step that pushes them.
     def fit(self, data, log, progress: bool = True) -> None:
         if data.n_triplets == 0:
             raise ValueError("smec: supervised method, needs training triplets")
@@ -371,45 +385,88 @@ class SMEC(TorchMethod):
                 seed = int(np.random.SeedSequence([int(self.seed), s]).generate_state(1)[0])
                 self._gen = torch.Generator().manual_seed(seed)
                 self._stage = s
-                self._queue = CrossBatchMemory(self.queue_size, self.d, st.width_in, dev,
+                self._queue = CrossBatchMemory(self.queue_size, self.d, 0, dev,
                                                n_items if self._nbrs is not None else None)
+                # stored wide vectors per item; row n_items takes the padding's writes, row
+                # n_items + 1 (ones: a finite norm) stands for an empty neighbour slot
+                self._wide = torch.zeros(n_items + 2, st.width_in, device=dev)
+                self._wide[-1] = 1.0
+                self._sched, self._t = None, torch.zeros(1, dtype=torch.long, device=dev)
+                self._consts = torch.tensor([float(st.width_in), float(st.width_out)], device=dev)
                 self._pending = None
                 # ADS scores: own learning rate, no weight decay (decision 5)
                 groups = [{"params": list(st.adapter.parameters())},
                           {"params": [st.importance], "lr": self.ads_lr, "weight_decay": 0.0}]
                 self.train_phase(data, log, epochs, self.hp["lr"], self._stage_loss, groups,
-                                 phase=f"stage{s + 1}", progress=progress, after_step=self._push)
+                                 phase=f"stage{s + 1}", progress=progress, after_step=self._push,
+                                 cuda_graph=self.graph_capturable(), before_epoch=self._schedule)
                 st.freeze()
                 self.meta.setdefault("ads", []).append(ads_summary(st))
         finally:
             for name in ("_z", "_x", "_tq", "_tp", "_tn", "_yp", "_yn", "_queue", "_pending", "_gen",
-                         "_nbrs"):
+                         "_nbrs", "_wide", "_sched", "_t", "_consts"):
                 self.__dict__.pop(name, None)
         self.net.eval()
 
+    @torch.no_grad()
+    def _schedule(self, order: torch.Tensor) -> None:
+        """Before an epoch: for each of its steps (batches of ``order``), the distinct batch items
+        padded to 3B anchors (``anchors``, ``weight``), the triplets' anchor rows (``inverse``), each
+        anchor's S-XBM neighbours as item rows (``nb``; an empty slot -> the table's row of ones),
+        their frozen cosines and validity, and the step's Gumbel noise; then the queue as it is
+        after that step. Written into the same tensors every epoch (a recorded step reads them)."""
+        st = self.stages[self._stage]
+        bs, m, n_items = int(self.hp["batch_size"]), self.queue_neighbors, self._z.shape[0]
+        rows = 3 * bs
+        dev = order.device
+        steps = []
+        for idx in order.split(bs):
+            b = idx.shape[0]
+            items = torch.cat([self._tq[idx], self._tp[idx], self._tn[idx]])
+            anchors, inv = torch.unique(items, return_inverse=True)
+            a = anchors.shape[0]
+            nb = torch.full((rows, m), n_items + 1, dtype=torch.long, device=dev)
+            target = torch.zeros((rows, m), device=dev)
+            valid = torch.zeros((rows, m), dtype=torch.bool, device=dev)
+            if len(self._queue):
+                qi, tg, ok = (self._nbrs.lookup(anchors, self._queue, self._z) if self._nbrs is not None else
+                              self._queue.exact_neighbours(anchors, self._z[anchors], m))
+                w = qi.shape[1]
+                nb[:a, :w] = torch.where(ok, self._queue.keys[qi], n_items + 1)
+                target[:a, :w], valid[:a, :w] = tg, ok
+            pad = lambda x, n, v=0: torch.cat([x, x.new_full((n - x.shape[0],), v)])  # noqa: E731
+            steps.append(dict(anchors=pad(anchors, rows), weight=pad(torch.ones(a, device=dev), rows),
+                              inverse=pad(inv, rows), nb=nb, target=target, valid=valid,
+                              noise=gumbel_noise(st.width_in, self._gen).to(dev)))
+            self._queue.push(items, self._z[items])
+        new = {k: torch.stack([s_[k] for s_ in steps]) for k in steps[0]}
+        if self._sched is None:
+            self._sched = new
+        else:  # in place: a recorded step reads these tensors
+            for k, v in new.items():
+                self._sched[k].copy_(v)
+        self._t.zero_()
+
     def _push(self) -> None:
-        keys, wide = self._pending
-        self._queue.push(keys, self._z[keys], wide)
+        """After the step: its anchors' wide vectors into the table (the queue's keys were pushed
+        by :meth:`_schedule`), and the step counter on."""
+        rows, wide = self._pending
+        self._wide[rows] = wide.to(self._wide.dtype)
+        self._t += 1
 
     def _stage_loss(self, data, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         st = self.stages[self._stage]
-        kq, kp, kn = self._tq[idx], self._tp[idx], self._tn[idx]
-        mask, sel = gumbel_topk_mask(st.importance, st.width_out, self.gumbel_tau, self._gen)
-        items = torch.cat([kq, kp, kn])
-        anchors, inv = torch.unique(items, return_inverse=True)
+        at = {k: v.index_select(0, self._t)[0] for k, v in self._sched.items()}  # this step's row
+        mask, sel = gumbel_topk_mask(st.importance, st.width_out, self.gumbel_tau, noise=at["noise"])
         b = idx.shape[0]
-        iq, ip, in_ = inv[:b], inv[b:2 * b], inv[2 * b:]
-        wide = st.adapter(self._x[anchors])  # every distinct batch item once, with gradient
+        anchors, weight, inv = at["anchors"], at["weight"], at["inverse"]
+        iq, ip, in_ = inv[:b], inv[b:2 * b], inv[2 * b:3 * b]
+        wide = st.adapter(self._x[anchors])  # every distinct batch item once (then padding), with gradient
         narrow = wide[:, sel] * mask[sel]  # = (wide * mask)[:, sel], on w_s columns only
-        if len(self._queue):
-            nb, target, valid = (self._nbrs.lookup(anchors, self._queue, self._z) if self._nbrs is not None else
-                                 self._queue.exact_neighbours(anchors, self._z[anchors], self.queue_neighbors))
-            nb_wide = self._queue.wide_at(nb)  # memory entries: constants (decision 8)
-        else:
-            target = self._z.new_zeros((anchors.shape[0], 0))
-            valid = torch.zeros_like(target, dtype=torch.bool)
-            nb_wide = wide.new_zeros((anchors.shape[0], 0, st.width_in))
-        self._pending = (items, wide.detach()[inv])
+        nb_wide = self._wide[at["nb"]]  # memory entries: constants (decision 8)
+        target, valid = at["target"], at["valid"]
+        # the padding's vectors go to the table's spare row
+        self._pending = (torch.where(weight > 0, anchors, self._z.shape[0]), wide.detach())
         yp, yn = self._yp[idx], self._yn[idx]
         out: dict[str, torch.Tensor] = {}
         # S-XBM at the narrow width = at the wide width with both sides scaled by the k-hot mask
@@ -423,8 +480,8 @@ class SMEC(TorchMethod):
         loss = out["rank_wide"] + out["rank_narrow"] + out["xbm_wide"] + out["xbm_narrow"]
         log = {k: v.detach() for k, v in out.items()}
         with torch.no_grad():
-            log.update(width_in=loss.new_tensor(float(st.width_in)), width_out=loss.new_tensor(float(st.width_out)),
-                       neighbours=valid.float().sum(1).mean() if valid.numel() else loss.new_zeros(()),
+            log.update(width_in=self._consts[0], width_out=self._consts[1],
+                       neighbours=(valid.float().sum(1) * weight).sum() / weight.sum(),
                        **{f"ads_{k}": v for k, v in ads_stats(st).items()})
         return {"loss": loss, **log}
 
