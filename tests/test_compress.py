@@ -330,6 +330,8 @@ def test_the_compress_jobs_write_the_factory_index_bytes_of_the_command(tmp_path
     C.write_faiss_index(out, tmp_path / "job.faiss")
     assert out.read_bytes() == (tmp_path / "cli.h5").read_bytes()
     assert (tmp_path / "job.faiss").read_bytes() == (tmp_path / "cli.faiss").read_bytes()
+    assert C.read_metadata(out)["faiss_index"]["factory"] == "IVF4,PQ2x4"
+    assert (tmp_path / "job.faiss").read_bytes()[:4] == b"IwPQ"  # FAISS's IndexIVFPQ, not the SQ8 of the file
 
 
 REFUSED_INDEX = {
