@@ -176,30 +176,56 @@ def compressed_test_vectors(embeddings_path, splits_path, runs, checkpoints):
 
 
 def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, doc_ids, manifest, stage: str,
-                  top_k: int = 100, encodings: Sequence[str] | None = None, active: int | None = None) -> list[dict]:
+                  top_k: int = 100, encodings: Sequence[str] | None = None, active: int | None = None,
+                  quantizers: Sequence[str] = (), quantizer_seed: int = 0, opq_niter: int | None = None,
+                  fit_rows: np.ndarray | None = None) -> list[dict]:
     """Held-out quality of one method's compressed vectors under every encoding of
     :mod:`dive_core.retrieval`, through the project's evaluation path. ``active``: the vectors are
     k-sparse codes of that many non-zeros (csr), with one encoding, their stored form
     (:data:`dive_core.sparse.SPARSE_ENCODING`: (index, fp16 value) pairs, searched exactly).
     Each row's ``per_query`` holds its nDCG@10 per evaluated query, in the order of
-    :func:`dive_core.splits.eval_queries` (the record's ``query_ids``), for the paired tests."""
+    :func:`dive_core.splits.eval_queries` (the record's ``query_ids``), for the paired tests.
+
+    ``quantizers``: names of :mod:`dive_core.quantizers` (``pq16``, ``opq16``, ``rabitq``, ``sq4``)
+    whose index is fitted on the corpus rows ``fit_rows`` (default: every corpus row; the documents
+    known at training time in the arrival study) with ``quantizer_seed`` and searched by FAISS
+    (asymmetric distances); their rows also hold the factory string, the fit's seconds, the
+    training-set size and the codebook bytes (:func:`dive_core.quantizers.build`). Not for
+    k-sparse codes."""
+    from . import quantizers as Q
     from .evaluation import evaluate_vectors
     from .retrieval import ENCODINGS, RESCORE_OVERSAMPLE
     from .splits import eval_queries
 
     if active is not None:
+        if quantizers:
+            raise ValueError(f"{method}: k-sparse codes are stored as they are, not through quantizers {quantizers}")
         (docs, queries), encodings = stored_form(docs, queries), (SPARSE_ENCODING,)
     qids = eval_queries(manifest, stage)
+    niter = Q.OPQ_NITER if opq_niter is None else int(opq_niter)
     rows = []
-    for enc in encodings or ENCODINGS:
+    for enc in [*(ENCODINGS if encodings is None else encodings), *quantizers]:
+        index, extra = None, {}
+        if Q.is_quantizer(enc):
+            train = docs if fit_rows is None else np.asarray(docs)[fit_rows]
+            index, extra = Q.build(enc, docs, quantizer_seed, train, niter)
+            nbytes = int(index.sa_code_size())
+        else:
+            nbytes = bytes_per_vector(enc, k, active)
         per_query, summary = evaluate_vectors(docs, doc_ids, queries, manifest, stage, top_k, use_gpu=False,
-                                              encoding=enc)
+                                              encoding=enc, index=index)
+        del index
         rows.append({"method": method, "dim": int(k), "active": active, "encoding": enc,
-                     "bytes_per_vector": bytes_per_vector(enc, k, active),
+                     "bytes_per_vector": nbytes,
                      "n_queries": summary["n_queries"], **{m: summary["metrics"][m] for m in ("ndcg@10", "recall@10")},
                      "rescore_oversample": RESCORE_OVERSAMPLE if enc == "binary_rescore" else None,
+                     **{f: extra.get(f) for f in QUANTIZER_FIELDS},
                      "per_query": {"ndcg@10": [per_query[q]["ndcg@10"] for q in qids]}})
     return rows
+
+
+QUANTIZER_FIELDS = ("factory", "fit_seconds", "train_rows", "codebook_bytes", "quantizer_seed", "opq_niter")
+"""What a frontier row states of its quantizer (None for the other encodings)."""
 
 
 def pareto_front(rows: Sequence[dict], metric: str = "ndcg@10") -> list[bool]:

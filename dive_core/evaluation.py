@@ -39,16 +39,17 @@ def evaluate_method(method, emb: Embeddings, manifest: Mapping, stage: str, top_
 
 
 def evaluate_vectors(docs, doc_ids, queries, manifest: Mapping, stage: str, top_k: int = 100,
-                     use_gpu: bool | str = "auto", encoding: str = "float32") -> tuple[dict, dict]:
+                     use_gpu: bool | str = "auto", encoding: str = "float32", index=None) -> tuple[dict, dict]:
     """The evaluation of already compressed vectors (``queries``: the rows of the evaluated role's
     queries, in manifest order), with the corpus stored under ``encoding``
-    (:mod:`dive_core.retrieval`)."""
+    (:mod:`dive_core.retrieval`; ``index``: the corpus's index already built under it, e.g. a
+    quantizer's, :mod:`dive_core.quantizers`)."""
     role = STAGES[stage]["eval_role"]
     qids = eval_queries(manifest, stage)
     t1 = time.perf_counter()
     same = manifest["identical_ids"]
     run = search(docs, doc_ids, queries, qids, top_k=top_k, use_gpu=use_gpu, encoding=encoding,
-                 exclude_self=same["ids"])
+                 exclude_self=same["ids"], index=index)
     t2 = time.perf_counter()
     per_query = evaluate(role_qrels(manifest, [role]), run)
     share = train_positive_share(run, training_positives(manifest, stage), qids)

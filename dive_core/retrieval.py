@@ -217,9 +217,12 @@ def search(
     batch_size: int = 4096,
     use_gpu: bool | str = "auto",
     encoding: str = "float32",
+    index=None,
 ) -> dict[str, dict[str, float]]:
     """Top ``top_k`` documents per query by inner product, as ``{qid: {doc_id: score}}``
-    (``encoding``: how the corpus vectors are stored, see the module docstring).
+    (``encoding``: how the corpus vectors are stored, see the module docstring; ``index``: an index
+    of ``docs`` already built under that encoding, such as a quantizer's of
+    :mod:`dive_core.quantizers`, searched instead of one built here).
 
     ``exclude_self``: drop the hit whose document id equals the query id (the query itself,
     where queries are corpus documents) before cutting to ``top_k``: for every query (True, the
@@ -228,7 +231,10 @@ def search(
     """
     if docs.shape[1] != queries.shape[1]:
         raise ValueError(f"dimension mismatch: docs {docs.shape[1]} vs queries {queries.shape[1]}")
-    index = search_index(docs, use_gpu, encoding)
+    if index is None:
+        index = search_index(docs, use_gpu, encoding)
+    elif index.ntotal != len(doc_ids):
+        raise ValueError(f"the index given holds {index.ntotal} vectors for {len(doc_ids)} documents")
     drop_all = exclude_self is True
     drop = set() if isinstance(exclude_self, bool) else set(exclude_self)
     k = min(len(doc_ids), top_k + (1 if (drop_all or drop) else 0))
