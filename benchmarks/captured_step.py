@@ -24,6 +24,12 @@ vectors of SciFact's corpus size; the numbers do not depend on the values) it re
   top entries by device time and the number of kernel launches, graph launches and host
   synchronisations per step (``profile_<d>x<k>_<mode>.txt``).
 
+With ``--method mrl smec search_adaptor`` (and ``dive``, the default) the other methods' steps are
+timed too (config/config.yaml's hyperparameters, the same generated data): ``ms_per_step`` of each
+training phase (MRL's two stages, SMEC's stages) from its last epoch of a fit of two epochs per phase,
+median of ``--repeats`` fits after a discarded one, plain and graph; on a GPU also the weights of the
+plain and the replayed fit (``methods`` in the JSON).
+
 On the CPU the graph does not apply (``run_epochs`` ignores ``cuda_graph`` there): ``--device cpu``
 times the plain loop, which is how the CPU step is compared before and after a change (run it from
 each checkout's root). The last line printed is the whole JSON (also written to ``--out``).
@@ -70,11 +76,49 @@ def hparams(epochs: int, batch: int) -> dict:
                 lr=2e-4, epochs=epochs, batch_size=batch, hidden=2048, weight_decay=0.01)
 
 
-def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, graph: bool):
-    """A DIVE fit through the workflow's loop, the graph on or off; (method, log rows, seconds)."""
-    DIVE.cuda_graph = graph
+METHODS = ("dive", "mrl", "smec", "search_adaptor")
+
+
+def method_hparams(method: str, epochs: int, batch: int) -> dict:
+    """config/config.yaml's hyperparameters of ``method`` (DIVE's written out in :func:`hparams`),
+    with the benchmark's epochs and batch size."""
+    if method == "dive":
+        return hparams(epochs, batch)
+    from dive_core import config as dcfg
+    from dive_core import plan
+
+    cfg = dcfg.load_yaml(Path.cwd() / "config" / "config.yaml")
+    return dict(plan.method_hparams(cfg, method), epochs=epochs, batch_size=batch)
+
+
+def fit_epochs(method: str, d: int, k: int) -> int:
+    """Epochs of a timing fit: two per training phase (MRL: the unsupervised and the supervised
+    stage; SMEC: each of its stages), so that every phase has an epoch after its first."""
+    if method == "mrl":
+        return 4
+    if method == "smec":
+        from dive_core.methods.specs import stage_widths
+
+        return 2 * (len(stage_widths(d, k)) - 1)
+    return 2
+
+
+def phase_ms(method: str, rows: list[dict], steps: int, batch: int) -> dict[str, float]:
+    """ms per step of each training phase, from its last epoch (MRL's unsupervised stage runs over
+    the documents: DOCS / batch steps)."""
+    last = {r["phase"]: r["seconds"] for r in rows}
+    return {ph: 1000 * sec / (-(-DOCS // batch) if ph == "unsupervised" else steps) for ph, sec in last.items()}
+
+
+def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, graph: bool, method: str = "dive"):
+    """A fit of ``method`` through the workflow's loop, the graph on or off; (method, log rows, seconds)."""
+    from dive_core.methods.base import method_class
+
+    cls = method_class(method)
+    was = cls.__dict__.get("cuda_graph")
+    cls.cuda_graph = graph
     try:
-        m = new_method("dive", d, k, hparams(epochs, batch), 2027, device=device)
+        m = new_method(method, d, k, method_hparams(method, epochs, batch), 2027, device=device)
         log = TrainLog()
         sync(device)
         t0 = time.perf_counter()
@@ -82,7 +126,10 @@ def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, gra
         sync(device)
         return m, log.rows, time.perf_counter() - t0
     finally:
-        DIVE.cuda_graph = True
+        if was is None:
+            del cls.cuda_graph
+        else:
+            cls.cuda_graph = was
 
 
 def fit_many(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, graph: bool, fits: int):
@@ -162,7 +209,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--fits", type=int, default=1, help="also time this many fits trained together (> 1)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--method", nargs="+", default=["dive"], choices=METHODS,
+                    help="time these methods' steps (DIVE: also FLOPs, profile, fits together)")
     a = ap.parse_args(argv)
+    others = [mt for mt in a.method if mt != "dive"]
     torch.set_num_threads(a.threads)
     dev = a.device
     cuda = torch.device(dev).type == "cuda"
@@ -174,10 +224,38 @@ def main(argv=None) -> int:
             "mkl_cbwr": os.environ.get("MKL_CBWR")}
     print(json.dumps(head), flush=True)
     mm = matmul_gflops(dev, a.matmul_size, torch.float32)
-    out = {"header": head, "matmul_gflops_fp32": mm, "shapes": {}}
+    out = {"header": head, "matmul_gflops_fp32": mm, "shapes": {}, "methods": {}}
     print(f"fp32 matrix product {a.matmul_size}^3: {mm:.1f} GFLOP/s", flush=True)
     modes = [False, True] if cuda else [False]
-    for shape in a.shapes:
+    for shape in a.shapes:  # the other methods: ms per step of each phase, plain and graph, and weights
+        d, k = (int(x) for x in shape.split(":"))
+        data = generated(d, a.steps * a.batch, dev)
+        for mt in others:
+            epochs = fit_epochs(mt, d, k)
+            res = {}
+            for graph in modes:
+                name = "graph" if graph else "plain"
+                fit(d, k, data, epochs, a.batch, dev, graph, mt)  # warm-up fit, discarded
+                runs = [phase_ms(mt, fit(d, k, data, epochs, a.batch, dev, graph, mt)[1], a.steps, a.batch)
+                        for _ in range(a.repeats)]
+                res[name] = {ph: {"ms_per_step": statistics.median(r[ph] for r in runs),
+                                  "spread_ms": [min(r[ph] for r in runs), max(r[ph] for r in runs)]} for ph in runs[0]}
+                print(f"{mt} {d}->{k} {name}: " + ", ".join(f"{ph} {v['ms_per_step']:.2f} ms/step"
+                                                           for ph, v in res[name].items()), flush=True)
+            if cuda:  # the weights of the plain and the replayed fit (SciFact's 88 steps per epoch)
+                hdata = generated(d, 88 * a.batch, dev)
+                mp = fit(d, k, hdata, epochs, a.batch, dev, False, mt)[0]
+                mg = fit(d, k, hdata, epochs, a.batch, dev, True, mt)[0]
+                sp, sg = mp.state_dict(), mg.state_dict()
+                res["weights"] = {"plain_sha256": mp.state_sha256(), "graph_sha256": mg.state_sha256(),
+                                  "max_abs_diff": max(float((sp[n].double() - sg[n].double()).abs().max()) for n in sp),
+                                  "epochs": epochs, "steps_per_epoch": 88}
+                print(f"{mt} {d}->{k} weights: plain {res['weights']['plain_sha256'][:12]} graph "
+                      f"{res['weights']['graph_sha256'][:12]} max |diff| {res['weights']['max_abs_diff']:.3g}", flush=True)
+            out["methods"].setdefault(mt, {})[shape] = res
+            if a.out:
+                Path(a.out).write_text(json.dumps(out, indent=1))
+    for shape in (a.shapes if "dive" in a.method else []):
         d, k = (int(x) for x in shape.split(":"))
         data = generated(d, a.steps * a.batch, dev)
         flops = step_flops(d, k, data, a.batch, dev)
