@@ -20,7 +20,22 @@ step not rerun), then runs and times ``snakemake --cores N --resources gpu=G all
 default study). It writes to ``--out``: ``timeline.tsv`` (one row per job: rule, job id,
 wildcards, start and end in seconds from the start of the run, from Snakemake's log),
 ``summary.json`` (wall time, job count, jobs per rule, the busiest concurrency, the device),
-``snakemake.log`` and ``tables.tar.gz`` (``results/tables/`` and ``results/figures/``).
+``snakemake.log`` and the results as ``results-1.tar.gz`` (``-2``, ... when one would pass
+``--archive-mib``): every run's record (``eval.json``), per-query TSV, training log and each study's
+own records, the tables with their per-run lists, the figures and the selections; not the
+checkpoints, embeddings, exports or compressed vectors (:func:`result_files`). That is at most 8 files
+of at most 16 MiB each, what a device call brings back from ``$OUT``. The carry records the commit of
+the checkout it was made in (``commit.txt``): the node's copy has no git history, so its runs record
+that commit (``DIVE_GIT_COMMIT``, dive_core/provenance.py).
+
+Back here, with the files of ``$OUT`` under FILES_AT::
+
+    .venv/bin/python benchmarks/gpu_study.py unpack FILES_AT --results results_h100
+    .venv/bin/python tools/publish_tables.py --results results_h100 --suffix _h100 \
+        --command "python3 benchmarks/gpu_study.py run ..." [EXPERIMENT ...]
+
+puts the results back in a results folder of their own and publishes its tables beside the CPU ones
+(``docs/tables/main_h100.md``, ...), each header naming the GPU read from the runs' records.
 """
 
 from __future__ import annotations
@@ -80,6 +95,67 @@ def peak_concurrency(jobs: list[dict], rules: set[str] | None = None) -> int:
     return peak
 
 
+# what comes back: a run's record, per-query scores and log, the studies' records, tables and figures;
+# not its checkpoint, the embeddings, exports, compressed vectors or embedding shards (large, and remade)
+KEEP_SUFFIXES = (".json", ".tsv", ".md", ".png", ".txt")
+SKIP_PARTS = ("embed_parts", "export", "compressed", ".snakemake")
+ARCHIVE = "results-{}.tar.gz"
+
+
+def result_files(results: Path) -> list[Path]:
+    """The files of ``results`` that come back from the node (:data:`KEEP_SUFFIXES`, none under
+    :data:`SKIP_PARTS`), sorted."""
+    return sorted(p for p in results.rglob("*") if p.is_file() and p.suffix in KEEP_SUFFIXES
+                  and not set(p.relative_to(results).parts) & set(SKIP_PARTS))
+
+
+def pack(results: Path, out: Path, limit_mib: float = 12.0) -> list[Path]:
+    """``result_files(results)`` into ``out/results-1.tar.gz``, ``-2``, ...: a new archive starts
+    when the current one has taken in more than ``limit_mib`` (counted before compression, so an
+    archive is at most that plus one file, compressed). Paths inside start with ``results/``.
+    Returns the archives written."""
+    files = result_files(results)
+    archives: list[Path] = []
+    tar = None
+    for f in files:
+        if tar is None or tar.fileobj.tell() > limit_mib * 2**20:
+            if tar is not None:
+                tar.close()
+            archives.append(out / ARCHIVE.format(len(archives) + 1))
+            tar = tarfile.open(archives[-1], "w:gz")
+        tar.add(f, arcname=str(Path("results") / f.relative_to(results)))
+    if tar is not None:
+        tar.close()
+    return archives
+
+
+def unpack(a) -> int:
+    """The archives of a run (``results-*.tar.gz`` under ``a.files``) into ``a.results``."""
+    src, dest = Path(a.files), Path(a.results)
+    archives = sorted(src.rglob("results-*.tar.gz"))
+    if not archives:
+        print(f"gpu_study unpack: no results-*.tar.gz under {src}", file=sys.stderr)
+        return 2
+    n = 0
+    for path in archives:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar.getmembers():
+                parts = Path(member.name).parts
+                if not member.isfile() or parts[0] != "results" or ".." in parts:
+                    print(f"gpu_study unpack: {path}: refusing {member.name!r}", file=sys.stderr)
+                    return 2
+                target = dest.joinpath(*parts[1:])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(member) as fh:
+                    target.write_bytes(fh.read())
+                n += 1
+    for extra in ("summary.json", "timeline.tsv"):
+        if (src / extra).is_file():
+            shutil.copy(src / extra, dest / f"gpu_study_{extra}")
+    print(f"{dest}: {n} files from {len(archives)} archive(s)")
+    return 0
+
+
 def carry(a) -> int:
     dest = Path(a.dest)
     src = Path(a.results) / EMBEDDINGS.relative_to("results")
@@ -95,6 +171,10 @@ def carry(a) -> int:
         shutil.rmtree(dest)
     shutil.copytree(beir, dest / "beir" / "scifact", copy_function=shutil.copy)  # files, not links
     shutil.copy(src, dest / "embeddings.h5")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from dive_core.provenance import git_commit
+
+    (dest / "commit.txt").write_text(git_commit(Path.cwd()) + "\n")
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     print(f"{dest}: {size / 2**20:.1f} MiB")
     return 0
@@ -124,6 +204,8 @@ def run(a) -> int:
     out.mkdir(parents=True, exist_ok=True)
     carried = Path(a.carry).resolve()
     os.environ["BEIR_DATA_DIR"] = str(carried / "beir")
+    if (carried / "commit.txt").is_file():  # the node's copy has no git history: the carry's commit
+        os.environ.setdefault("DIVE_GIT_COMMIT", (carried / "commit.txt").read_text().strip())
     base = ["--cores", str(a.cores), "--resources", f"gpu={a.gpus}", *a.snakemake_args]
     source = "data/beir/scifact/source.json"
     with open(out / "prepare.log", "w") as log:
@@ -161,11 +243,9 @@ def run(a) -> int:
                "peak_concurrent_trainings": peak_concurrency(jobs, {"train"}),
                "per_rule": {r: {"jobs": len(v), "total_s": round(sum(v)), "max_s": max(v)}
                             for r, v in sorted(per_rule.items())}}
+    summary["commit"] = os.environ.get("DIVE_GIT_COMMIT")
+    summary["archives"] = [p.name for p in pack(Path("results"), out, a.archive_mib)]
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    with tarfile.open(out / "tables.tar.gz", "w:gz") as tar:
-        for folder in ("results/tables", "results/figures"):
-            if Path(folder).is_dir():
-                tar.add(folder)
     print(json.dumps(summary))
     return 1 if rc is None else rc
 
@@ -183,9 +263,14 @@ def main(argv=None) -> int:
     r.add_argument("--cores", type=int, default=16)
     r.add_argument("--gpus", type=int, default=1)
     r.add_argument("--timeout", type=float, default=None, help="stop the study after this many seconds")
+    r.add_argument("--archive-mib", type=float, default=12.0,
+                   help="start another results archive past this size (a device call brings back 16 MiB a file)")
     r.add_argument("snakemake_args", nargs="*", help="more Snakemake arguments (after --)")
+    u = sub.add_parser("unpack", help="here: the archives of a run's $OUT into a results folder")
+    u.add_argument("files", help="the folder the run's files came back to")
+    u.add_argument("--results", required=True, help="the results folder to fill (e.g. results_h100)")
     a = ap.parse_args(argv)
-    return carry(a) if a.cmd == "carry" else run(a)
+    return {"carry": carry, "run": run, "unpack": unpack}[a.cmd](a)
 
 
 if __name__ == "__main__":

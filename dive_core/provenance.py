@@ -25,14 +25,19 @@ def versions() -> dict[str, str]:
 
 
 def git_commit(repo: str | Path = ".") -> str:
+    """``<sha>`` or ``<sha>-dirty`` of ``repo``'s checkout; where git cannot tell (a copy of the
+    working tree without its history, as on a device machine), ``$DIVE_GIT_COMMIT`` if set
+    (benchmarks/gpu_study.py sets it to the commit the copy was made from), else ``unknown``."""
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
                              timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
                                capture_output=True, text=True, timeout=10).stdout.strip()
-        return f"{sha}{'-dirty' if dirty else ''}" if sha else "unknown"
+        if sha:
+            return f"{sha}{'-dirty' if dirty else ''}"
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        pass
+    return os.environ.get("DIVE_GIT_COMMIT") or "unknown"
 
 
 def cpu_model() -> str:
