@@ -16,7 +16,7 @@ if __package__ in (None, ""):  # run as a script: the checkout in the working di
     sys.path.insert(0, str(Path.cwd()))
 from dive_core import quantizers as Q  # noqa: E402
 from dive_core.config import load_yaml  # noqa: E402
-from dive_core.plan import frontier_runs  # noqa: E402
+from dive_core.plan import frontier_quantized  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--threads", type=int, default=2)
@@ -30,7 +30,7 @@ import faiss  # noqa: E402
 faiss.omp_set_num_threads(args.threads)
 cfg = load_yaml(args.config)
 settings = cfg["quantizers"]
-runs = [(m, k) for m, k in frontier_runs(cfg, cfg["backbone"]) if not m.startswith("csr")]
+runs = [(m, k) for m, k in frontier_quantized(cfg, cfg["backbone"]) if not m.startswith("csr")]
 rng = np.random.default_rng(0)
 total, t_start = 0.0, time.perf_counter()
 for method, k in runs:

@@ -64,7 +64,7 @@ from .metrics import METRICS
 
 VERSIONS = {
     "source": 1, "splits": 1, "arrival": 1, "embeddings": 1, "embedding_shard": 1, "triplets": 1, "checkpoint": 2, "result": 2,
-    "selection": 2, "efficiency": 2, "efficiency_synthetic": 1, "frontier": 2,
+    "selection": 2, "efficiency": 2, "efficiency_synthetic": 1, "frontier": 3,
 }  # checkpoints written before this module were tagged dive-pipeline-checkpoint/1: refused like any other
 # checkpoint/2, result/2: the training precision (fp32 | bf16) in the checkpoint meta and the result
 # selection/2: the backbone whose runs it selects on (a pick never trains another backbone's runs)
@@ -73,6 +73,10 @@ VERSIONS = {
 # longer an efficiency/1 record of another shape
 # frontier/2: each row's nDCG@10 per query (``per_query``, in the order of ``query_ids``), for the paired
 # tests of the sparse codes against the dense rows of no more bytes
+# frontier/3: the index quantizers' rows (PQ, OPQ + PQ, RaBitQ, SQ4: factory, fit seconds, training rows,
+# codebook bytes, seed), each row's method type and whether it was trained with labels (``supervised``),
+# and ``seen`` (per query of ``query_ids``: 1 if a relevant document is a training positive), for the
+# verdict at each budget on seen and unseen queries
 FORMATS = {kind: f"dive-pipeline/{kind}/{v}" for kind, v in VERSIONS.items()}
 
 RULES = {
@@ -107,7 +111,7 @@ FIELDS = {
     "selection": ("study", "backbone", "metric", "datasets", "seed", "methods", "inputs"),
     "efficiency": ("dataset", "backbone", "n_queries", *_MACHINE, "indexes", "versions", "runtime"),
     "efficiency_synthetic": ("dataset", *_MACHINE, "indexes", "versions", "runtime"),
-    "frontier": ("dataset", "backbone", "n_queries", "query_ids", "rows", "versions", "runtime"),
+    "frontier": ("dataset", "backbone", "n_queries", "query_ids", "seen", "rows", "versions", "runtime"),
 }
 # Records holding a list of rows: the list's field and the fields of every row (the list is not empty).
 ROW_FIELDS = {

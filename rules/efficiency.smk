@@ -1,6 +1,7 @@
 # Stage 9 - efficiency: what a compressed index saves (FAISS flat index: bytes, latency,
 # throughput, against the measured memory-bandwidth bound), synthetic scaling, and the
-# quality-per-byte frontier of every method under float32 / float16 / SQ8 / binary codes.
+# quality-per-byte frontier of every method under float32 / float16 / SQ8 / binary codes and the
+# index quantizers (PQ, OPQ + PQ, RaBitQ, SQ4).
 
 
 rule efficiency:
@@ -71,5 +72,7 @@ rule frontier:
         record=records.FORMATS["frontier"],  # a new record format reruns the job
         runs=lambda wc: PLAN.frontier_runs(wc.backbone),
         top_k=PLAN.setting("evaluation", "top_k"),
+        quantizers=PLAN.setting("quantizers"),
+        quantized=lambda wc: PLAN.frontier_quantized(wc.backbone),
     script:
         "../workflow_scripts/frontier.py"

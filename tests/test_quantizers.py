@@ -161,3 +161,17 @@ def test_a_bad_quantizers_setting_is_refused_naming_the_key():
         bad["quantizers"][key] = value
         errors = list(Draft202012Validator(schema).iter_errors(bad))
         assert errors and all(list(e.absolute_path)[:2] == ["quantizers", key] for e in errors), key
+
+
+def test_the_frontier_quantizes_the_primary_dimension_and_frozen():
+    """config quantizers.dims [primary]: MiniLM's frozen 384d and every method's 64d get the rows, not
+    the 96d of the secondary dimension; with both, every frontier run."""
+    from dive_core import plan
+
+    raw = dcfg.load_yaml(REPO / "config" / "config.yaml")
+    runs = plan.frontier_quantized(raw, "minilm")
+    assert ("frozen", 384) in runs and ("mrl", 64) in runs and ("dive", 64) in runs
+    assert not any(k == 96 for _, k in runs)
+    both = copy.deepcopy(raw)
+    both["quantizers"]["dims"] = ["primary", "secondary"]
+    assert plan.frontier_quantized(both, "minilm") == plan.frontier_runs(both, "minilm")

@@ -150,9 +150,10 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
     assert "Best at 64 bytes or fewer per vector: **dive 8d in binary_rescore** (8 B, nDCG@10 0.7200" in md
     assert "(no re-scoring): **dive 64d in sq8** (64 B, nDCG@10 0.6900" in md and "on disk in a deployment" in md
     titles = [ax.get_title() for ax in figs[1].axes]
-    assert titles == ["scifact: nDCG@10 per byte", "scifact: Recall@10 per byte",
-                      "nfcorpus: nDCG@10 per byte", "nfcorpus: Recall@10 per byte"]
-    assert all(len(ax.collections) == 2 for ax in figs[1].axes)  # each dataset's two points, in its own panel
+    assert titles == ["scifact: nDCG@10 per byte", "scifact: Recall@10 per byte", "scifact: best code of each family",
+                      "nfcorpus: nDCG@10 per byte", "nfcorpus: Recall@10 per byte", "nfcorpus: best code of each family"]
+    # each dataset's two points, in its own panel (the family panel: rows without `supervised`, none)
+    assert [len(ax.collections) for ax in figs[1].axes] == [2, 2, 0, 2, 2, 0]
 
 
 def test_frontier_tests_each_sparse_code_against_the_best_dense_row_of_no_more_bytes():
@@ -188,6 +189,54 @@ def test_frontier_tests_each_sparse_code_against_the_best_dense_row_of_no_more_b
     assert all("per_query" not in r for r in out.rows)  # the TSV holds no per-query lists
     with pytest.raises(ValueError, match="csr-k16 and mrl"):
         frontier.sparse_against_dense([*rows[:2], {**rows[4], "per_query": {"ndcg@10": [0.5] * 3}}])
+
+
+def test_frontier_verdict_picks_the_best_label_free_and_supervised_code_at_each_budget(monkeypatch):
+    """Hand-computed, four queries (seen: the first two). Index-alone codes: PCA pq8 (8 B, 0.5 each),
+    frozen pq16 (16 B, 0.6 each), MRL pq8 (8 B: 1.0, 0.5, 1.0, 0.5), DIVE sq8 (64 B, 0.9 each); MRL's
+    re-scored 1-bit code (8 B, 1.0) reads float32 vectors outside the index: never picked. At 8 B:
+    MRL pq8 - PCA pq8 = +0.25 over all (per query +0.5, 0, +0.5, 0: of the sign patterns of the two
+    non-zero differences, half reach |mean| 0.25, p ~ 0.5), +0.25 on seen and on unseen; at 16 and 32
+    B the label-free pick is frozen pq16 (+0.15); from 64 B DIVE sq8 (+0.3 on every query: exact p
+    2/16 = 0.125)."""
+    def row(method, enc, nbytes, per_query, supervised, dim=64):
+        return {"method": method, "dim": dim, "active": None, "encoding": enc, "bytes_per_vector": nbytes,
+                "ndcg@10": sum(per_query) / len(per_query), "recall@10": 0.5, "pareto": False,
+                "rescore_oversample": 4 if enc == "binary_rescore" else None, "seed": 2027,
+                "supervised": supervised, "fit_seconds": 1.0 if enc.startswith(("pq", "opq")) else None,
+                "opq_niter": None, "quantizer_seed": 2027, "per_query": {"ndcg@10": list(per_query)}}
+
+    rows = [row("pca", "pq8", 8, (0.5,) * 4, False), row("frozen", "pq16", 16, (0.6,) * 4, False, dim=384),
+            row("mrl", "pq8", 8, (1.0, 0.5, 1.0, 0.5), True), row("mrl", "binary_rescore", 8, (1.0,) * 4, True),
+            row("dive", "sq8", 64, (0.9,) * 4, True), row("frozen", "float32", 1536, (0.7,) * 4, False, dim=384)]
+    seen = [1, 1, 0, 0]
+    entries = frontier.verdict(rows, seen)
+    got = {(e["budget"], e["subset"]): (e["label_free"]["method"] + " " + e["label_free"]["encoding"],
+                                        e["supervised"]["method"] + " " + e["supervised"]["encoding"],
+                                        round(e["mean_diff"], 6), e["n_queries"]) for e in entries}
+    assert got[(8, "all")] == ("pca pq8", "mrl pq8", 0.25, 4)
+    assert got[(8, "seen")] == ("pca pq8", "mrl pq8", 0.25, 2) and got[(8, "unseen")][2:] == (0.25, 2)
+    assert got[(16, "all")] == got[(32, "all")] == ("frozen pq16", "mrl pq8", 0.15, 4)
+    assert got[(64, "all")] == got[(256, "all")] == ("frozen pq16", "dive sq8", 0.3, 4)
+    p8 = next(e["p_value"] for e in entries if (e["budget"], e["subset"]) == (8, "all"))
+    p64 = next(e["p_value"] for e in entries if (e["budget"], e["subset"]) == (64, "all"))
+    assert abs(p8 - 0.5) < 0.02 and abs(p64 - 0.125) < 0.02
+    assert frontier.best_curve(rows) == [(8, 1.0)]  # the envelope: nothing beats 1.0 at more bytes
+    assert frontier.best_curve(rows[:3]) == [(8, 0.75)]
+    out = frontier_study([{"dataset": "scifact", "backbone": "minilm", "n_queries": 4, "seen": seen, "rows": rows}],
+                         ctx(["frozen", "pca", "mrl", "dive"], ["scifact"]))
+    assert f"| 8 | all | 4 | pca 64d pq8 | 8 | 0.5000 | mrl 64d pq8 | 8 | 0.7500 | +0.2500 | {p8:.4f} |" in out.markdown
+    assert "The pick is made on the test queries themselves" in out.markdown
+    assert "| pca | 64 | 0.5000 |" in out.markdown and "| pq8 (8 B) |" in out.markdown  # the quantizer matrix
+    assert "| 8 | pca | 64 | pq8 |" not in out.markdown  # quantizer rows: in the matrix and the TSV, not the grid
+    assert {r["encoding"] for r in out.rows} >= {"pq8", "pq16"}
+    figs = _capture_figures(monkeypatch)
+    out.figure("unused.png")
+    labels = [t.get_text() for t in figs[0].axes[2].get_legend().get_texts()]
+    assert labels == ["label-free, index quantizer", "label-free, other encodings", "supervised, index quantizer",
+                      "supervised, other encodings"]
+    with pytest.raises(ValueError, match="no `seen` flags"):
+        frontier.verdict(rows, None)
 
 
 TYPE_COLORS = {"truncate": "#1f77b4", "pca": "#ff7f0e", "autoencoder": "#2ca02c", "mrl": "#d62728",

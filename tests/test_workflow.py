@@ -147,8 +147,12 @@ def test_efficiency_and_frontier_json(workdir):
                                                                   (1000, 256)]
     front = json.loads((workdir / "results/frontier/generated-tiny/minilm.json").read_text())
     rows = front["rows"]
-    # frozen at 384d, 7 compressed methods at 64d and 96d, 5 encodings; 2 csr codes in their stored form
-    assert len(rows) == (1 + 7 * 2) * 5 + 2
+    # frozen at 384d, 7 compressed methods at 64d and 96d, 5 encodings; 2 csr codes in their stored form;
+    # the quantizers of config/test.yaml (pq8, pq16, opq8, rabitq, sq4) on frozen and the 7 methods' 64d
+    assert len(rows) == (1 + 7 * 2) * 5 + 2 + 8 * 5
+    pq = next(r for r in rows if (r["method"], r["dim"], r["encoding"]) == ("dive", 64, "opq8"))
+    assert pq["bytes_per_vector"] == 8 and pq["train_rows"] == 500 and pq["factory"] == "OPQ8,PQ8x8"
+    assert pq["supervised"] is True and len(front["seen"]) == len(front["query_ids"])
     codes = {r["method"]: (r["active"], r["bytes_per_vector"]) for r in rows if r["encoding"] == "sparse"}
     assert codes == {"csr": (64, 256), "csr-free": (64, 256)}
     bpv = {(r["method"], r["dim"], r["encoding"]): r["bytes_per_vector"] for r in rows}
@@ -169,6 +173,8 @@ def test_efficiency_and_frontier_json(workdir):
                                                          abs=5e-7)
     table = (workdir / "results/tables/frontier.md").read_text()
     assert "each sparse code against the best dense row of no more bytes" in table
+    assert "the best label-free and the best supervised code at each budget" in table
+    assert "the index quantizers" in table and "| 8 | unseen |" in table
 
 
 def test_arrival_runs_fit_on_known_documents_only(workdir):

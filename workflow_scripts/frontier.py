@@ -1,23 +1,33 @@
 """Rule frontier: held-out quality against bytes per vector, for every method and dimension under
-float32 / float16 / SQ8 / binary (with and without float32 rescoring) corpus codes."""
+float32 / float16 / SQ8 / binary (with and without float32 rescoring) corpus codes, and the
+index quantizers of config ``quantizers:`` (PQ, OPQ + PQ, RaBitQ, SQ4) on every dense run."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
-from dive_core import efficiency, provenance, records, runlog
+from dive_core import efficiency, provenance, quantizers, records, runlog
 from dive_core.data import sha256_file
 from dive_core.splits import eval_queries
 
 log = runlog.setup(snakemake.log[0], snakemake.threads)
 w, inp, p = snakemake.wildcards, snakemake.input, snakemake.params
+qs = p.quantizers
 emb, manifest, runs = efficiency.compressed_test_vectors(inp.embeddings, inp.splits, p.runs, inp.checkpoints)
 rows = []
 for (method, k, m, docs, queries), path in zip(runs, inp.checkpoints):
+    quantize = m.active is None and [method, k] in [list(x) for x in p.quantized]
+    names = quantizers.grid(k, qs) if quantize else []
     for r in efficiency.frontier_rows(method, k, docs, queries, emb.doc_ids, manifest, "final", int(p.top_k),
-                                      active=m.active):
-        rows.append({**r, "seed": m.seed, "checkpoint_sha256": sha256_file(path)})
-        log.info("%s %dd %s: %d B/vector, nDCG@10 %.4f, R@10 %.4f", method, k, r["encoding"],
-                 r["bytes_per_vector"], r["ndcg@10"], r["recall@10"])
+                                      active=m.active, quantizers=names, quantizer_seed=int(qs["seed"]),
+                                      opq_niter=int(qs["opq_niter"])):
+        rows.append({**r, "method_type": m.type, "supervised": bool(m.supervised), "seed": m.seed,
+                     "checkpoint_sha256": sha256_file(path)})
+        log.info("%s %dd %s: %d B/vector, nDCG@10 %.4f, R@10 %.4f%s", method, k, r["encoding"],
+                 r["bytes_per_vector"], r["ndcg@10"], r["recall@10"],
+                 f", fit {r['fit_seconds']:.1f} s" if r["fit_seconds"] is not None else "")
 for row, front in zip(rows, efficiency.pareto_front(rows)):
     row["pareto"] = front
+qids = eval_queries(manifest, "final")
+seen = set(manifest["document_overlap"]["test"]["seen_ids"])
 records.write("frontier", snakemake.output[0], {"dataset": w.dataset, "backbone": w.backbone, "stage": "final", "role": "test",
                                  "n_queries": rows[0]["n_queries"] if rows else 0,
-                                 "query_ids": eval_queries(manifest, "final"), "rows": rows,
+                                 "query_ids": qids, "seen": [int(q in seen) for q in qids], "rows": rows,
+                                 "quantizers": dict(qs), "faiss": efficiency.faiss_info(),
                                  "versions": provenance.versions(), "runtime": provenance.runtime(snakemake.threads)})

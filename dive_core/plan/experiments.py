@@ -101,6 +101,19 @@ def frontier_runs(config: Mapping, backbone: str) -> list[tuple[str, int]]:
     return runs
 
 
+def frontier_quantized(config: Mapping, backbone: str) -> list[tuple[str, int]]:
+    """``[(method, k)]`` of :func:`frontier_runs` whose vectors also get the index quantizers' rows:
+    each frontier method at the dimensions of ``quantizers.dims`` (frozen: full); a k-sparse code's
+    rows are left out where they are made (its codes are stored as they are)."""
+    runs = []
+    for m in experiment(config, "frontier")["methods"]:
+        for which in config["quantizers"].get("dims", ("primary", "secondary")):
+            k = method_k(config, backbone, m, which)
+            if (m, k) not in runs:
+                runs.append((m, k))
+    return runs
+
+
 def dataset_groups(registry: Mapping[str, Mapping], datasets: Iterable[str]) -> dict[str, str]:
     """dataset -> its group (CQADupStack's communities average first), itself when ungrouped."""
     return {ds: registry[ds].get("group", ds) for ds in datasets}

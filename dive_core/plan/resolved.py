@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..environments import Environment
 from .disk import check_default_backbone
 from .experiments import (dataset_groups, defined_backbone, efficiency_runs, enabled_experiments, experiment,
-                          experiment_runs, experiment_title, frontier_runs, headline_run)
+                          experiment_runs, experiment_title, frontier_quantized, frontier_runs, headline_run)
 from .frozen import freeze, thaw
 from .grammar import ARRIVAL, OWN_JSON_STUDIES, parse_negatives
 from .methods import (arrival_settings, method_entry, method_hparams, method_negatives, method_type,
@@ -172,6 +172,9 @@ class Plan:
 
     def frontier_runs(self, backbone: str) -> list[tuple[str, int]]:
         return frontier_runs(self.config, backbone)
+
+    def frontier_quantized(self, backbone: str) -> list[tuple[str, int]]:
+        return frontier_quantized(self.config, backbone)
 
     def triplet_cap(self, dataset: str) -> int | None:
         return triplet_cap(self.config, dataset)

@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from .. import report
+from ..quantizers import is_quantizer, parse
 from .shared import StudyContext, StudyOutput, method_colors, pyplot, save, suptitle
+
+BUDGETS = (8, 16, 32, 64, 256)  # bytes per vector of the verdict
+FAMILIES = ("label-free", "supervised")
+SUBSETS = ("all", "seen", "unseen")
 
 
 def dim_label(row: Mapping, unit: str = "") -> str:
@@ -20,6 +25,179 @@ def index_alone(row: Mapping) -> bool:
     """Whether a frontier row's search needs nothing outside its index: every encoding but
     ``binary_rescore``, which also reads float32 vectors kept outside it (on disk)."""
     return row["encoding"] != "binary_rescore"
+
+
+def family(row: Mapping) -> str:
+    """``supervised``: the row's map was trained on relevance judgments (mrl, search_adaptor, smec,
+    dive, dive-pca, csr, ...); ``label-free``: frozen, truncate, PCA, the autoencoder, csr-free,
+    whatever the encoding (the quantizers fit no label either)."""
+    return "supervised" if row["supervised"] else "label-free"
+
+
+def code_label(row: Mapping) -> str:
+    """``dive 64d opq16``, ``csr-k8 8 of 1536 sparse``."""
+    return f"{row['method']} {dim_label(row, 'd' if not row.get('active') else '')} {row['encoding']}"
+
+
+def _subset(scores: Sequence[float], seen: Sequence[int] | None, subset: str) -> list[float]:
+    if subset == "all":
+        return list(scores)
+    if seen is None:
+        raise ValueError("the frontier record holds no `seen` flags: rerun rule frontier")
+    want = 1 if subset == "seen" else 0
+    return [v for v, s in zip(scores, seen) if s == want]
+
+
+def verdict(rows: Sequence[Mapping], seen: Sequence[int] | None, budgets: Sequence[int] = BUDGETS,
+            metric: str = "ndcg@10") -> list[dict]:
+    """At each budget: the best label-free and the best supervised code (:func:`family`) among the
+    rows of at most that many bytes per vector that need nothing outside the index
+    (:func:`index_alone`), each the row of highest ``metric`` over all evaluated queries (picked on
+    the test queries themselves: the p is optimistic), then on every subset of :data:`SUBSETS`
+    (``seen``: per query of the record's ``query_ids``, 1 if a relevant document is a training
+    positive) their means, the difference supervised - label-free and the two-sided paired
+    randomization test's p. A budget without a code of each family has no entry."""
+    out = []
+    for b in budgets:
+        best = {}
+        for fam in FAMILIES:
+            fits = [x for x in rows if index_alone(x) and x["bytes_per_vector"] <= b and family(x) == fam]
+            if fits:
+                best[fam] = max(fits, key=lambda x: (x[metric], -x["bytes_per_vector"]))
+        if len(best) < 2:
+            continue
+        lf, sup = best["label-free"], best["supervised"]
+        for sub in SUBSETS:
+            a = _subset(sup["per_query"][metric], seen, sub)
+            c = _subset(lf["per_query"][metric], seen, sub)
+            if len(a) != len(c):
+                raise ValueError(f"frontier rows {code_label(sup)} and {code_label(lf)} hold {len(a)} and {len(c)} "
+                                 "per-query scores: not the same queries")
+            if not a:
+                continue
+            out.append({"budget": b, "subset": sub, "n_queries": len(a), "label_free": lf, "supervised": sup,
+                        "label_free_mean": sum(c) / len(c), "supervised_mean": sum(a) / len(a),
+                        "mean_diff": sum(a) / len(a) - sum(c) / len(c),
+                        "p_value": report.paired_randomization(a, c)})
+    return out
+
+
+def verdict_markdown(entries: Sequence[Mapping], title: str) -> list[str]:
+    if not entries:
+        return []
+    lines = ["", f"#### {title}: the best label-free and the best supervised code at each budget", "",
+             "At each budget (bytes per vector): among the codes of at most that many bytes that need nothing "
+             "outside the index (no re-scoring), the label-free code (no relevance judgment: frozen, truncate, "
+             "PCA, the autoencoder, csr-free, under any encoding, the index quantizers included) and the "
+             "supervised code of highest nDCG@10 over all test queries, then each subset's means, Δ = "
+             "supervised - label-free and the two-sided paired randomization test (10,000 sign flips) over "
+             "per-query nDCG@10. **The pick is made on the test queries themselves** (the frontier evaluates "
+             "no validation run), so each p is optimistic: read a small p as the size of a gap between the "
+             "best codes, not as a pre-registered test. One seed of each trained map (the frontier's "
+             "`seeds`: three would triple the job, see docs/protocol.md#efficiency-and-quality-per-byte). "
+             "`seen`: test queries with a relevant document among the training positives; `unseen`: none.",
+             "", "| budget B | queries | n | label-free code | B | nDCG@10 | supervised code | B | nDCG@10 | Δ | p |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        lf, sup = e["label_free"], e["supervised"]
+        lines.append(f"| {e['budget']} | {e['subset']} | {e['n_queries']} | {code_label(lf)} | "
+                     f"{lf['bytes_per_vector']} | {e['label_free_mean']:.4f} | {code_label(sup)} | "
+                     f"{sup['bytes_per_vector']} | {e['supervised_mean']:.4f} | {e['mean_diff']:+.4f} | "
+                     f"{e['p_value']:.4f} |")
+    return lines
+
+
+def quantizer_markdown(rows: Sequence[Mapping], title: str) -> list[str]:
+    """One line per (method, dim): nDCG@10 under each index quantizer (bytes in the header for PQ and
+    OPQ, whose bytes are M; in the cell for RaBitQ and SQ4, whose bytes follow the dimension)."""
+    qrows = [x for x in rows if is_quantizer(x["encoding"])]
+    if not qrows:
+        return []
+    names = sorted({x["encoding"] for x in qrows}, key=lambda n: (parse(n).kind != "pq", parse(n).kind,
+                                                                   parse(n).m or 0, parse(n).bits))
+    fits = sum(x["fit_seconds"] or 0 for x in qrows)
+    one = qrows[0]
+    lines = ["", f"#### {title}: the index quantizers", "",
+             "FAISS's own codes of each method's vectors (learned map, then quantization): `pq<M>` product "
+             "quantization, M sub-quantizers of 256 centroids (M bytes); `opq<M>` the same after OPQ's rotation "
+             f"({one.get('opq_niter') or 'n/a'} iterations); `rabitq` 1 bit a dimension plus FAISS's per-vector "
+             "factors, `rabitq<b>` b bits; `sq4` 4 bits a dimension. Codebooks, rotations and ranges fitted on "
+             f"the corpus documents only (k-means seed {one.get('quantizer_seed')}); search by inner product, "
+             "the query in float32 against the codes (asymmetric). nDCG@10; a cell's (B) is its bytes per "
+             f"vector. Fits took {fits:.0f} s in all; each row's fit seconds, training rows and codebook bytes "
+             "are in the TSV.", "",
+             "| method | dim | " + " | ".join(n + (f" ({parse(n).m * parse(n).bits // 8} B)"
+                                                 if parse(n).kind in ("pq", "opq") else "") for n in names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    by = {}
+    for x in qrows:
+        by.setdefault((x["method"], x["dim"]), {})[x["encoding"]] = x
+    for (method, dim), cells in by.items():
+        vals = []
+        for n in names:
+            x = cells.get(n)
+            if x is None:
+                vals.append("")
+            else:
+                vals.append(f"{x['ndcg@10']:.4f}" + ("" if parse(n).kind in ("pq", "opq")
+                                                      else f" ({x['bytes_per_vector']} B)"))
+        lines.append(f"| {method} | {dim} | " + " | ".join(vals) + " |")
+    return lines
+
+
+MARKERS = {"float32": "o", "float16": "s", "sq8": "^", "binary": "x", "binary_rescore": "P", "sparse": "D",
+           "pq": "v", "opq": "<", "rabitq": ">", "sq4": "h"}
+# the best code of each family at each byte count (the figure's third panel); the label-free
+# quantizer codes in their own colour
+FAMILY_LINES = {"label-free, index quantizer": ("#000080", "o"), "label-free, other encodings": ("0.45", "s"),
+                "supervised, index quantizer": ("tab:purple", "^"), "supervised, other encodings": ("tab:red", "D")}
+
+
+def marker_key(encoding: str) -> str:
+    return parse(encoding).kind if is_quantizer(encoding) else encoding
+
+
+def marker(encoding: str) -> str:
+    return MARKERS[marker_key(encoding)]
+
+
+def family_line(row: Mapping) -> str:
+    """The figure's line of a row: its :func:`family` and whether its encoding is an index quantizer."""
+    return f"{family(row)}, {'index quantizer' if is_quantizer(row['encoding']) else 'other encodings'}"
+
+
+def best_curve(rows: Sequence[Mapping], metric: str = "ndcg@10") -> list[tuple[int, float]]:
+    """``(bytes, best metric of the rows of at most those bytes)`` at each byte count of ``rows``
+    where the best improves: the upper envelope of quality against bytes."""
+    out, best = [], float("-inf")
+    for b in sorted({x["bytes_per_vector"] for x in rows}):
+        v = max(x[metric] for x in rows if x["bytes_per_vector"] == b)
+        if v > best:
+            best = v
+            out.append((b, v))
+    return out
+
+
+def family_panel(ax, rows: Sequence[Mapping], title: str) -> None:
+    """nDCG@10 against bytes (log axis), one line per :data:`FAMILY_LINES` entry: the best code of
+    that family (needing nothing outside the index) at each byte count."""
+    alone = [x for x in rows if index_alone(x) and x.get("supervised") is not None]
+    right = max((x["bytes_per_vector"] for x in alone), default=1)
+    for name, (color, mk) in FAMILY_LINES.items():
+        pts = best_curve([x for x in alone if family_line(x) == name])
+        if pts:  # each line runs on to the panel's largest code: the best stays available with more bytes
+            ax.step([b for b, _ in pts] + [right], [v for _, v in pts] + [pts[-1][1]], where="post", color=color,
+                    linewidth=1.8, label=name)
+            ax.plot([b for b, _ in pts], [v for _, v in pts], linestyle="", marker=mk, markersize=5, color=color)
+    for b in BUDGETS:
+        ax.axvline(b, color="0.8", linewidth=0.8, zorder=0)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes per vector (log scale; grey lines: the verdict's budgets)")
+    ax.set_ylabel("held-out nDCG@10")
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    if alone:
+        ax.legend(fontsize=8, loc="lower right")
 
 
 def sparse_against_dense(rows: Sequence[Mapping], metric: str = "ndcg@10") -> list[dict]:
@@ -67,11 +245,17 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         lines += [
                   "| bytes/vector | method | dim | encoding | nDCG@10 | R@10 | front |", "|---|---|---|---|---|---|---|"]
         for x in sorted(r["rows"], key=lambda x: (x["bytes_per_vector"], -x["ndcg@10"])):
+            rows.append({"dataset": r["dataset"], "backbone": r["backbone"],
+                         **{f: v for f, v in x.items() if f != "per_query"}})
+            if is_quantizer(x["encoding"]):
+                continue  # their own table below
             dim = dim_label(x)
             lines.append(f"| {x['bytes_per_vector']} | {x['method']} | {dim} | {x['encoding']} | "
                          f"{x['ndcg@10']:.4f} | {x['recall@10']:.4f} | {'**front**' if x['pareto'] else ''} |")
-            rows.append({"dataset": r["dataset"], "backbone": r["backbone"],
-                         **{f: v for f, v in x.items() if f != "per_query"}})
+        where = f"{r['dataset']} ({r['backbone']})"
+        lines += quantizer_markdown(r["rows"], where)
+        if any(x.get("supervised") is not None for x in r["rows"]):
+            lines += verdict_markdown(verdict(r["rows"], r.get("seen")), where)
         small = [x for x in r["rows"] if x["bytes_per_vector"] <= 64]
         best = max(small, key=lambda x: x["ndcg@10"], default=None)
         alone = max((x for x in small if index_alone(x)), key=lambda x: x["ndcg@10"], default=None)
@@ -100,16 +284,16 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
 
     def figure(path):
         plt = pyplot()
-        fig, axes = plt.subplots(max(1, len(results)), 2, figsize=(14, 5 * max(1, len(results))), dpi=120,
+        fig, axes = plt.subplots(max(1, len(results)), 3, figsize=(21, 5 * max(1, len(results))), dpi=120,
                                  squeeze=False)  # one row per dataset (and backbone)
-        markers = {"float32": "o", "float16": "s", "sq8": "^", "binary": "x", "binary_rescore": "P", "sparse": "D"}
         methods = list(dict.fromkeys(x["method"] for r in results for x in r["rows"]))
         # the frontier's runs are configured methods: one colour per method name (csr-k8 is not a type)
         colors = {**method_colors({m: m for m in methods if m != "frozen"}), "frozen": "0.35"}
         for row, r in zip(axes, results):
+            bb = f" ({r['backbone']})" if len({x['backbone'] for x in results}) > 1 else ""
             for ax, metric, label in zip(row, ("ndcg@10", "recall@10"), ("nDCG@10", "Recall@10")):
                 for x in r["rows"]:
-                    ax.scatter(x["bytes_per_vector"], x[metric], marker=markers[x["encoding"]], s=45,
+                    ax.scatter(x["bytes_per_vector"], x[metric], marker=marker(x["encoding"]), s=45,
                                color=colors[x["method"]],
                                edgecolors="black" if x["pareto"] else "none", linewidths=1.2)
                 front = sorted((x["bytes_per_vector"], x[metric]) for x in r["rows"] if x["pareto"])
@@ -120,14 +304,14 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                 ax.set_xlabel("bytes per vector (log scale)")
                 ax.set_ylabel(f"held-out {label}")
                 ax.grid(alpha=0.3)
-                bb = f" ({r['backbone']})" if len({x['backbone'] for x in results}) > 1 else ""
                 ax.set_title(f"{r['dataset']}{bb}: {label} per byte", fontsize=10)
+            family_panel(row[2], r["rows"], f"{r['dataset']}{bb}: best code of each family")
         handles = [plt.Line2D([], [], linestyle="", marker="o", color=colors[m],
                               label=m + (" (uncompressed)" if m == "frozen" else ""))
                    for m in methods]
-        used = {x["encoding"] for r in results for x in r["rows"]}
+        used = {marker_key(x["encoding"]) for r in results for x in r["rows"]}
         handles += [plt.Line2D([], [], linestyle="", marker=mk, color="black", label=e)
-                    for e, mk in markers.items() if e in used]
+                    for e, mk in MARKERS.items() if e in used]
         handles.append(plt.Line2D([], [], color="black", linestyle="dashed", label="Pareto front (nDCG@10)"))
         fig.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(0.995, 0.5), frameon=False)
         suptitle(fig, ctx.title)
