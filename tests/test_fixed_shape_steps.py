@@ -245,3 +245,24 @@ def test_padding_rows_take_no_part_in_the_pair_losses():
     for reduction in ("sum", "mean"):
         rec = L1ReconstructionLoss(reduction)
         assert float(rec(e, z, w)) == pytest.approx(float(rec(e[real], z[real])), rel=1e-12)
+
+
+def test_smec_steps_read_tensors_that_keep_their_storage_for_the_whole_stage():
+    """A recorded step reads SMEC's schedule, step counter and vector table at the addresses it was
+    recorded with: each epoch's schedule is written into the same tensors, never rebound."""
+    m = new_method("smec", D, K, SMEC_HP, 2027)
+    seen = []
+    original = m._schedule
+
+    def spy(order):
+        original(order)
+        seen.append((m._stage, tuple(v.data_ptr() for v in m._sched.values()), m._t.data_ptr(), m._wide.data_ptr(),
+                     int(m._t)))
+
+    m._schedule = spy
+    m.fit(_data(), TrainLog(), progress=False)
+    assert len(seen) == SMEC_HP["epochs"]
+    for stage in {s[0] for s in seen}:
+        ptrs = {s[1:4] for s in seen if s[0] == stage}
+        assert len(ptrs) == 1, f"stage {stage}: the step's tensors were rebound between epochs"
+    assert all(s[4] == 0 for s in seen)  # the counter starts each epoch at its first step
