@@ -223,8 +223,10 @@ def test_frontier_verdict_picks_the_best_label_free_and_supervised_code_at_each_
     assert abs(p8 - 0.5) < 0.02 and abs(p64 - 0.125) < 0.02
     assert frontier.best_curve(rows) == [(8, 1.0)]  # the envelope: nothing beats 1.0 at more bytes
     assert frontier.best_curve(rows[:3]) == [(8, 0.75)]
-    out = frontier_study([{"dataset": "scifact", "backbone": "minilm", "n_queries": 4, "seen": seen, "rows": rows}],
-                         ctx(["frozen", "pca", "mrl", "dive"], ["scifact"]))
+    grid = {"pq_m": [8, 16], "opq_m": [8], "dims": ["primary"]}
+    out = frontier_study([{"dataset": "scifact", "backbone": "minilm", "n_queries": 4, "seen": seen, "rows": rows,
+                           "quantizers": grid}], ctx(["frozen", "pca", "mrl", "dive"], ["scifact"]))
+    assert "the secondary dimension's vectors are not quantized" in out.markdown
     assert f"| 8 | all | 4 | pca 64d pq8 | 8 | 0.5000 | mrl 64d pq8 | 8 | 0.7500 | +0.2500 | {p8:.4f} |" in out.markdown
     assert "The pick is made on the test queries themselves" in out.markdown
     assert "| pca | 64 | 0.5000 |" in out.markdown and "| pq8 (8 B) |" in out.markdown  # the quantizer matrix

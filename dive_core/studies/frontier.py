@@ -107,7 +107,22 @@ def verdict_markdown(entries: Sequence[Mapping], title: str) -> list[str]:
     return lines
 
 
-def quantizer_markdown(rows: Sequence[Mapping], title: str) -> list[str]:
+def left_out(settings: Mapping | None) -> str:
+    """What the quantizer grid of config ``quantizers:`` leaves out, and why (the job's cost)."""
+    if not settings:
+        return ""
+    dims = settings.get("dims", ["primary", "secondary"])
+    parts = [f"PQ at M in {settings['pq_m']}, OPQ at M in {settings['opq_m']} (each M that divides the dimension "
+             "and is at most half of it)"]
+    if settings["pq_m"] != "divisors":
+        parts.append("the other divisors of the dimension are left out")
+    if "secondary" not in dims:
+        parts.append("the secondary dimension's vectors are not quantized (frozen's and the primary dimension's are)")
+    return ("Grid: " + "; ".join(parts) + ", to keep the frontier job within about 15 minutes on 2 cores "
+            "(benchmarks/frontier_quantizers.py measures it).")
+
+
+def quantizer_markdown(rows: Sequence[Mapping], title: str, settings: Mapping | None = None) -> list[str]:
     """One line per (method, dim): nDCG@10 under each index quantizer (bytes in the header for PQ and
     OPQ, whose bytes are M; in the cell for RaBitQ and SQ4, whose bytes follow the dimension)."""
     qrows = [x for x in rows if is_quantizer(x["encoding"])]
@@ -125,7 +140,7 @@ def quantizer_markdown(rows: Sequence[Mapping], title: str) -> list[str]:
              f"the corpus documents only (k-means seed {one.get('quantizer_seed')}); search by inner product, "
              "the query in float32 against the codes (asymmetric). nDCG@10; a cell's (B) is its bytes per "
              f"vector. Fits took {fits:.0f} s in all; each row's fit seconds, training rows and codebook bytes "
-             "are in the TSV.", "",
+             "are in the TSV. " + left_out(settings), "",
              "| method | dim | " + " | ".join(n + (f" ({parse(n).m * parse(n).bits // 8} B)"
                                                  if parse(n).kind in ("pq", "opq") else "") for n in names) + " |",
              "|---|---|" + "---|" * len(names)]
@@ -253,7 +268,7 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
             lines.append(f"| {x['bytes_per_vector']} | {x['method']} | {dim} | {x['encoding']} | "
                          f"{x['ndcg@10']:.4f} | {x['recall@10']:.4f} | {'**front**' if x['pareto'] else ''} |")
         where = f"{r['dataset']} ({r['backbone']})"
-        lines += quantizer_markdown(r["rows"], where)
+        lines += quantizer_markdown(r["rows"], where, r.get("quantizers"))
         if any(x.get("supervised") is not None for x in r["rows"]):
             lines += verdict_markdown(verdict(r["rows"], r.get("seen")), where)
         small = [x for x in r["rows"] if x["bytes_per_vector"] <= 64]
