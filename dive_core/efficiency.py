@@ -76,24 +76,59 @@ def memory_bandwidth(megabytes: int = 1024, repeats: int = 5) -> dict:
             "bandwidth_threads": 1, "bandwidth_repeats": repeats}
 
 
+def _batched_qps(index, q: np.ndarray, k: int, threads: int | None = None) -> float:
+    """Queries per second of one ``search`` call over all of ``q`` (after a warm-up of its first 32),
+    on ``threads`` OpenMP threads (None: as set)."""
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    if threads is not None:
+        faiss.omp_set_num_threads(threads)
+    try:
+        index.search(q[: min(q.shape[0], 32)], k)  # warm-up of the batched path
+        t0 = time.perf_counter()
+        index.search(q, k)
+        return q.shape[0] / (time.perf_counter() - t0)
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 def time_index(docs: np.ndarray, queries: np.ndarray, k: int = 10, n_single: int = 300, repeats: int = 5,
-               use_gpu: bool | str = "auto", warmup: int = 20, active: int | None = None) -> dict:
+               use_gpu: bool | str = "auto", warmup: int = 20, active: int | None = None,
+               encoding: str = "float32", quantizer_seed: int = 0, opq_niter: int | None = None) -> dict:
     """Latency and throughput of a flat inner-product index over ``docs`` (see the module
     docstring). ``queries``: the evaluated queries, cycled for the single-query searches.
     ``active``: ``docs`` are k-sparse codes (csr), searched exactly over their stored form
     (fp16 values) by :class:`dive_core.sparse.SparseCorpus` on one thread, a query's scores
-    computed over the latents it shares with each document."""
-    if active is None:
-        index = build_index(docs, use_gpu)
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        singles = [q[i % len(q)][None, :] for i in range(n_single)]
-        searched = int(docs.shape[0]) * bytes_per_vector("float32", int(docs.shape[1]))
-    else:
+    computed over the latents it shares with each document. ``encoding``: an index quantizer of
+    :mod:`dive_core.quantizers` instead of the flat index (fitted on ``docs``, not timed), searched
+    by FAISS (asymmetric distances over every code). Batched throughput is measured on all threads
+    (``throughput_qps``) and on one (``throughput_qps_one_thread``); ``memory_bytes``: the index
+    serialized by FAISS (codes and codebooks; the flat index: its vectors; the sparse search: its
+    structure)."""
+    from . import quantizers as Q
+
+    one = None
+    if active is not None:
         stored, q = stored_form(docs, queries)
         index = SparseCorpus(stored)
         singles = [q[i % q.shape[0]] for i in range(n_single)]  # one-row sparse matrices
-        searched = index.nbytes
-    med, p99, qps = [], [], []
+        searched = memory = index.nbytes
+    elif Q.is_quantizer(encoding):
+        index, _ = Q.build(encoding, docs, quantizer_seed,
+                           opq_niter=Q.OPQ_NITER if opq_niter is None else opq_niter)
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        singles = [q[i % len(q)][None, :] for i in range(n_single)]
+        searched = int(index.ntotal) * int(index.sa_code_size())  # the codes an exhaustive search reads
+        memory = Q.index_bytes(index)
+        one = 1
+    else:
+        index = build_index(docs, use_gpu)
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        singles = [q[i % len(q)][None, :] for i in range(n_single)]
+        searched = memory = int(docs.shape[0]) * bytes_per_vector("float32", int(docs.shape[1]))
+        one = 1 if not _gpu_index(index) else None
+    med, p99, qps, qps1 = [], [], [], []
     for _ in range(repeats):
         for x in singles[:warmup]:
             index.search(x, k)  # discarded warm-up
@@ -104,29 +139,48 @@ def time_index(docs: np.ndarray, queries: np.ndarray, k: int = 10, n_single: int
             lat.append((time.perf_counter() - t0) * 1e3)
         med.append(float(np.median(lat)))
         p99.append(float(np.percentile(lat, 99)))
-        index.search(q[: min(q.shape[0], 32)], k)  # warm-up of the batched path
-        t0 = time.perf_counter()
-        index.search(q, k)
-        qps.append(q.shape[0] / (time.perf_counter() - t0))
+        if active is None:
+            qps.append(_batched_qps(index, q, k))
+            qps1.append(_batched_qps(index, q, k, one) if one else float("nan"))
+        else:  # the sparse search runs on one thread
+            index.search(q[: min(q.shape[0], 32)], k)
+            t0 = time.perf_counter()
+            index.search(q, k)
+            qps.append(q.shape[0] / (time.perf_counter() - t0))
+            qps1.append(qps[-1])
     return {"latency_ms_median": statistics.median(med), "latency_ms_p99": statistics.median(p99),
-            "throughput_qps": statistics.median(qps), "n_single": n_single, "batch_queries": int(q.shape[0]),
-            "searched_bytes": searched,
+            "throughput_qps": statistics.median(qps), "throughput_qps_one_thread": statistics.median(qps1),
+            "n_single": n_single, "batch_queries": int(q.shape[0]),
+            "searched_bytes": searched, "memory_bytes": int(memory),
             "repeats": repeats, "k": k}
 
 
+def _gpu_index(index) -> bool:
+    return "Gpu" in type(index).__name__
+
+
 def measure(entries: Sequence[tuple], bandwidth_gb_s: float, **timing) -> list[dict]:
-    """One row per ``(method, dim, docs, queries[, active])`` with bytes, timings, the bandwidth
-    bound and the ratios to the first entry (the full dimension). ``active``: the number of
+    """One row per ``(method, dim, docs, queries[, active[, encoding]])`` with bytes, timings, the
+    bandwidth bound and the ratios to the first entry (the full dimension). ``active``: the number of
     non-zeros of a k-sparse code (csr), stored as (index, fp16 value) pairs
     (:func:`dive_core.sparse.code_bytes`) and searched by :class:`~dive_core.sparse.SparseCorpus`;
-    None or absent: a float32 FAISS flat index."""
+    None or absent: a FAISS index, flat (``encoding`` float32, the default) or an index quantizer's
+    (:mod:`dive_core.quantizers`: its bytes per vector the codes it holds)."""
+    from . import quantizers as Q
+
     rows = []
     for method, dim, docs, queries, *rest in entries:
         active = rest[0] if rest else None
+        encoding = rest[1] if len(rest) > 1 else ("float32" if active is None else SPARSE_ENCODING)
         n, d = docs.shape
-        bpv = bytes_per_vector("float32" if active is None else SPARSE_ENCODING, d, active)
-        row = {"method": method, "dim": int(dim), "active": active, "n_docs": int(n), "bytes_per_vector": bpv,
-               "index_bytes": int(n) * bpv, **time_index(docs, queries, active=active, **timing)}
+        if Q.is_quantizer(encoding):
+            bpv = Q.code_bytes(encoding, d)
+        else:
+            bpv = bytes_per_vector("float32" if active is None else SPARSE_ENCODING, d, active)
+        row = {"method": method, "dim": int(dim), "active": active, "encoding": encoding, "n_docs": int(n),
+               "bytes_per_vector": bpv, "index_bytes": int(n) * bpv,
+               **time_index(docs, queries, active=active, encoding=encoding if active is None else "float32",
+                            **timing)}
         # the bound and the same-size read use the bytes the search reads: a FAISS flat index holds
         # the stored vectors; the sparse search a float32 / int32 structure, about twice the codes
         row["lower_bound_ms"] = row["searched_bytes"] / (bandwidth_gb_s * 1e9) * 1e3

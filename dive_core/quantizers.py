@@ -82,6 +82,13 @@ def factory_string(name: str, d: int) -> str:
     return "RaBitQ" if q.bits == 1 else f"RaBitQ{q.bits}"
 
 
+def fits(name: str, d: int) -> bool:
+    """Whether quantizer ``name`` applies to ``d`` dimensions: PQ and OPQ need M to divide ``d``
+    and to be at most ``d / 2`` (sub-vectors of 2 coordinates or more); RaBitQ and SQ4 any."""
+    q = parse(name)
+    return q.kind not in ("pq", "opq") or (d % q.m == 0 and q.m <= d // 2)
+
+
 def min_training_points(name: str) -> int | None:
     """The rows FAISS's k-means asks for (39 per centroid) to train one PQ sub-quantizer of ``name``;
     None for the quantizers without centroids (RaBitQ, SQ4)."""

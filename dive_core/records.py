@@ -64,13 +64,16 @@ from .metrics import METRICS
 
 VERSIONS = {
     "source": 1, "splits": 1, "arrival": 1, "embeddings": 1, "embedding_shard": 1, "triplets": 1, "checkpoint": 2, "result": 2,
-    "selection": 2, "efficiency": 2, "efficiency_synthetic": 1, "frontier": 3,
+    "selection": 2, "efficiency": 3, "efficiency_synthetic": 2, "frontier": 3,
 }  # checkpoints written before this module were tagged dive-pipeline-checkpoint/1: refused like any other
 # checkpoint/2, result/2: the training precision (fp32 | bf16) in the checkpoint meta and the result
 # selection/2: the backbone whose runs it selects on (a pick never trains another backbone's runs)
 # efficiency/2: the fields its study reads (backbone, n_queries, FAISS version and threads, device,
 # CPU, each index row's figures); the synthetic scaling is its own kind (efficiency_synthetic), no
 # longer an efficiency/1 record of another shape
+# efficiency/3, efficiency_synthetic/2: each index's ``encoding`` (float32, sparse, or an index quantizer
+# of dive_core.quantizers timed beside the flat index), its memory as FAISS serializes it
+# (``memory_bytes``) and its batched throughput on one thread (``throughput_qps_one_thread``)
 # frontier/2: each row's nDCG@10 per query (``per_query``, in the order of ``query_ids``), for the paired
 # tests of the sparse codes against the dense rows of no more bytes
 # frontier/3: the index quantizers' rows (PQ, OPQ + PQ, RaBitQ, SQ4: factory, fit seconds, training rows,
@@ -89,8 +92,8 @@ RULES = {
 # What every efficiency measurement records about where it ran (dive_core.efficiency.faiss_info and
 # memory_bandwidth), and the figures of each timed index (dive_core.efficiency.measure).
 _MACHINE = ("faiss_version", "faiss_threads", "device", "cpu", "bandwidth_gb_s")
-_INDEX = ("method", "dim", "n_docs", "bytes_per_vector", "index_bytes", "latency_ms_median", "latency_ms_p99",
-          "throughput_qps", "n_single", "batch_queries", "repeats", "k", "lower_bound_ms", "latency_ratio_to_bound",
+_INDEX = ("method", "dim", "encoding", "n_docs", "bytes_per_vector", "index_bytes", "memory_bytes",
+          "latency_ms_median", "latency_ms_p99", "throughput_qps", "throughput_qps_one_thread", "n_single", "batch_queries", "repeats", "k", "lower_bound_ms", "latency_ratio_to_bound",
           "read_ms_same_size", "latency_ratio_to_read")
 
 # The fields every reader may rely on (a record may hold more).

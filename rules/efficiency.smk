@@ -25,6 +25,7 @@ rule efficiency:
         record=records.FORMATS["efficiency"],  # a new record format reruns the job
         settings=PLAN.setting("efficiency"),
         dims=lambda wc: PLAN.efficiency_runs(wc.backbone),
+        quantizers=PLAN.setting("quantizers"),
     script:
         "../workflow_scripts/efficiency.py"
 
@@ -49,6 +50,7 @@ rule efficiency_synthetic:
     params:
         record=records.FORMATS["efficiency_synthetic"],  # a new record format reruns the job
         settings=PLAN.setting("efficiency"),
+        quantizers=PLAN.setting("quantizers"),
     script:
         "../workflow_scripts/efficiency_synthetic.py"
 

@@ -27,6 +27,26 @@ def test_measure_rows_have_exact_bytes_and_ratios():
     assert np.allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-5)
 
 
+def test_an_index_quantizer_is_timed_beside_the_flat_index_with_its_codes_and_faiss_memory():
+    """PQ8 of 48d over 1,000 vectors: 8 bytes a vector, 8,000 bytes of codes (the DRAM bound reads
+    them), FAISS's serialized index = the codes + its codebooks (256 x 48 floats = 49,152 bytes) + a
+    header; the flat index's memory is its vectors; both rows hold throughput on all threads and on one."""
+    from dive_core import quantizers as Q
+
+    docs, q = E.unit_vectors(1000, 48, seed=0), E.unit_vectors(7, 48, seed=1)
+    flat, pq = E.measure([("frozen", 48, docs, q), ("frozen", 48, docs, q, None, "pq8")], bandwidth_gb_s=10.0,
+                         n_single=5, repeats=2, quantizer_seed=3)
+    assert (flat["encoding"], pq["encoding"]) == ("float32", "pq8")
+    assert pq["bytes_per_vector"] == 8 and pq["index_bytes"] == 8000 and pq["searched_bytes"] == 8000
+    assert pq["lower_bound_ms"] == 8000 / 10e9 * 1e3 and pq["memory_ratio_to_full"] == 24.0
+    index, _ = Q.build("pq8", docs, 3)
+    assert pq["memory_bytes"] == Q.index_bytes(index)
+    assert 8000 + 256 * 48 * 4 <= pq["memory_bytes"] < 8000 + 256 * 48 * 4 + 300
+    assert flat["memory_bytes"] == 1000 * 48 * 4
+    for row in (flat, pq):
+        assert row["throughput_qps"] > 0 and row["throughput_qps_one_thread"] > 0 and row["latency_ms_median"] > 0
+
+
 def test_bandwidth_record():
     bw = E.memory_bandwidth(megabytes=8, repeats=2)
     assert bw["bandwidth_bytes"] == 8 * 2 ** 20 and bw["bandwidth_gb_s"] > 0 and bw["bandwidth_threads"] == 1

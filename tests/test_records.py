@@ -124,9 +124,10 @@ def test_run_key_names_the_run():
 def _index(method, dim, n_docs=5183, full_ms=0.8123):
     """One timed index as dive_core.efficiency.measure gives it (SciFact-sized, MiniLM)."""
     ms = full_ms * dim / 384
-    return {"method": method, "dim": dim, "n_docs": n_docs, "bytes_per_vector": 4 * dim,
-            "index_bytes": n_docs * 4 * dim,
+    return {"method": method, "dim": dim, "encoding": "float32", "n_docs": n_docs, "bytes_per_vector": 4 * dim,
+            "index_bytes": n_docs * 4 * dim, "memory_bytes": n_docs * 4 * dim,
             "latency_ms_median": ms, "latency_ms_p99": 1.9 * ms, "throughput_qps": 61234.5 * 384 / dim,
+            "throughput_qps_one_thread": 40123.0 * 384 / dim,
             "n_single": 300, "batch_queries": 300, "repeats": 5, "k": 10,
             "lower_bound_ms": n_docs * 4 * dim / 11.2e9 * 1e3, "latency_ratio_to_bound": 2.4,
             "read_ms_same_size": 0.31 * dim / 384, "latency_ratio_to_read": 2.6}
@@ -180,7 +181,7 @@ def test_the_synthetic_record_is_its_own_kind(tmp_path):
     syn = {"dataset": "synthetic", **MACHINE, "indexes": [_index("synthetic", 64, 100_000)]}
     records.write("efficiency_synthetic", path, syn)
     # read as a dataset's efficiency record: another format, the synthetic rule named
-    with pytest.raises(RecordError, match=r"efficiency record of format 'dive-pipeline/efficiency_synthetic/1'"):
+    with pytest.raises(RecordError, match=r"efficiency record of format 'dive-pipeline/efficiency_synthetic/2'"):
         records.read("efficiency", path)
     # a dataset's record needs the ratios to the full dimension in every index row; the synthetic one does not
     with pytest.raises(ValueError, match=r"needs row field\(s\) \['memory_ratio_to_full', 'latency_speedup_vs_full', "
@@ -198,8 +199,8 @@ def test_the_synthetic_record_is_its_own_kind(tmp_path):
     # the synthetic record as written before it was its own kind: refused naming both kinds and rules
     path.write_text(json.dumps({**syn, "format": "dive-pipeline/efficiency/1"}))
     with pytest.raises(RecordError, match=r"a record of format 'dive-pipeline/efficiency/1'; this version of the "
-                                          r"workflow reads 'dive-pipeline/efficiency/2' or "
-                                          r"'dive-pipeline/efficiency_synthetic/1' here\. .*"
+                                          r"workflow reads 'dive-pipeline/efficiency/3' or "
+                                          r"'dive-pipeline/efficiency_synthetic/2' here\. .*"
                                           r"\(rule efficiency or efficiency_synthetic\)"):
         records.read_one_of(("efficiency", "efficiency_synthetic"), path)
 

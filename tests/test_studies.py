@@ -120,7 +120,8 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
     labelled place: nothing drawn over another dataset's, nothing left out."""
     def index(ds_dim, method):
         return {"method": method, "dim": ds_dim, "n_docs": 100, "repeats": 5, "n_single": 300, "k": 10,
-                "bytes_per_vector": 4 * ds_dim, "index_bytes": 400 * ds_dim, "memory_ratio_to_full": 1.0,
+                "encoding": "float32", "bytes_per_vector": 4 * ds_dim, "index_bytes": 400 * ds_dim,
+                "memory_bytes": 400 * ds_dim, "throughput_qps_one_thread": 60.0, "memory_ratio_to_full": 1.0,
                 "latency_ms_median": 1.0, "latency_ms_p99": 2.0, "latency_speedup_vs_full": 1.0,
                 "lower_bound_ms": 0.5, "latency_ratio_to_bound": 2.0, "read_ms_same_size": 0.6,
                 "latency_ratio_to_read": 1.7, "throughput_qps": 100.0, "throughput_ratio_to_full": 1.0}

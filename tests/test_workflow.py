@@ -135,16 +135,22 @@ def test_every_study_holds_numbers(workdir):
 def test_efficiency_and_frontier_json(workdir):
     eff = json.loads((workdir / "results/efficiency/generated-tiny/minilm.json").read_text())
     assert eff["device"] == "cpu" and eff["bandwidth_gb_s"] > 0 and eff["cpu"] and eff["faiss_version"]
-    assert [(x["method"], x["dim"], x["active"]) for x in eff["indexes"]] == [
-        ("frozen", 384, None), ("dive", 96, None), ("dive", 64, None), ("csr", 1536, 64)]
+    # each dense flat index, then the index quantizers of config/test.yaml (pq16, rabitq) over the same vectors
+    assert [(x["method"], x["dim"], x["active"], x["encoding"]) for x in eff["indexes"]] == [
+        ("frozen", 384, None, "float32"), ("frozen", 384, None, "pq16"), ("frozen", 384, None, "rabitq"),
+        ("dive", 96, None, "float32"), ("dive", 96, None, "pq16"), ("dive", 96, None, "rabitq"),
+        ("dive", 64, None, "float32"), ("dive", 64, None, "pq16"), ("dive", 64, None, "rabitq"),
+        ("csr", 1536, 64, "sparse")]
     for x in eff["indexes"]:  # csr: 64 (uint16 index, fp16 value) pairs, the bytes of dive's 64d float32
-        stored = 4 * (x["active"] or x["dim"])
+        stored = {"pq16": 16, "rabitq": x["dim"] // 8 + 8}.get(x["encoding"], 4 * (x["active"] or x["dim"]))
         assert x["bytes_per_vector"] == stored and x["index_bytes"] == 500 * stored
+        assert x["memory_bytes"] >= x["index_bytes"] and x["throughput_qps_one_thread"] > 0
         for key in ("latency_ms_median", "latency_ms_p99", "throughput_qps", "lower_bound_ms"):
             assert x[key] > 0, key
     syn = json.loads((workdir / "results/efficiency/synthetic.json").read_text())
-    assert [(x["n_docs"], x["dim"]) for x in syn["indexes"]] == [(2000, 64), (2000, 32), (5000, 64), (5000, 32),
-                                                                  (1000, 256)]
+    assert [(x["n_docs"], x["dim"], x["encoding"]) for x in syn["indexes"]] == [
+        (n, d, enc) for n in (2000, 5000) for d in (64, 32) for enc in ("float32", "pq16", "rabitq")] + [
+        (1000, 256, "float32")]
     front = json.loads((workdir / "results/frontier/generated-tiny/minilm.json").read_text())
     rows = front["rows"]
     # frozen at 384d, 7 compressed methods at 64d and 96d, 5 encodings; 2 csr codes in their stored form;

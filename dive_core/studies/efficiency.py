@@ -18,10 +18,20 @@ SPARSE_NOTE = (
 
 
 def index_label(x: Mapping) -> str:
-    """An index's row label: ``dive 64d``, or for k-sparse codes ``csr 64 of 1536 sparse``."""
+    """An index's row label: ``dive 64d``, ``dive 64d pq16`` (an index quantizer's), or for k-sparse
+    codes ``csr 64 of 1536 sparse``."""
     if x.get("active"):
         return f"{x['method']} {x['active']} of {x['dim']} sparse"
-    return f"{x['method']} {x['dim']}d"
+    enc = x.get("encoding", "float32")
+    return f"{x['method']} {x['dim']}d" + ("" if enc == "float32" else f" {enc}")
+
+
+QUANTIZER_NOTE = (
+    "An index quantizer's row (`pq16`, `opq16`, `rabitq`: dive_core/quantizers.py) is FAISS's index of "
+    "those codes over the same vectors, fitted on them (not timed) and searched exhaustively by asymmetric "
+    "distance (the query in float32 against every code): its bytes per vector are the codes, `FAISS MB` the "
+    "index serialized by FAISS (codes and codebooks), and its DRAM bound the codes read once. "
+    "`q/s 1 thread`: the same batched search on one thread.")
 
 
 def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
@@ -39,31 +49,37 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
                   f"{r['faiss_threads']} threads); main-memory streaming-read bandwidth {r['bandwidth_gb_s']:.2f} GB/s. "
                   f"Medians of {r['indexes'][0]['repeats']} repetitions ({r['indexes'][0]['n_single']} single-query "
                   f"searches each, top-{r['indexes'][0]['k']}); index construction and file loading not timed.", "",
-                  "| index | bytes/vector | index MB | memory ratio | latency median ms | p99 ms | speed-up | "
+                  "| index | bytes/vector | index MB | FAISS MB | memory ratio | latency median ms | p99 ms | speed-up | "
                   "DRAM bound ms | latency / bound | same-size read ms | latency / read | throughput q/s | "
-                  "throughput ratio |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "q/s 1 thread | throughput ratio |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for x in r["indexes"]:
             lines.append(f"| {index_label(x)} | {x['bytes_per_vector']} | {x['index_bytes'] / 1e6:.2f} | "
+                         f"{x['memory_bytes'] / 1e6:.2f} | "
                          f"{x['memory_ratio_to_full']:.1f}x | {x['latency_ms_median']:.3f} | {x['latency_ms_p99']:.3f} | "
                          f"{x['latency_speedup_vs_full']:.2f}x | {x['lower_bound_ms']:.3f} | "
                          f"{x['latency_ratio_to_bound']:.2f} | {x['read_ms_same_size']:.3f} | "
                          f"{x['latency_ratio_to_read']:.2f} | {x['throughput_qps']:.0f} | "
-                         f"{x['throughput_ratio_to_full']:.2f}x |")
+                         f"{x['throughput_qps_one_thread']:.0f} | {x['throughput_ratio_to_full']:.2f}x |")
             rows.append({"dataset": r["dataset"], "backbone": r["backbone"], **x})
         lines.append("")
         if any(x.get("active") for x in r["indexes"]):
             lines += [SPARSE_NOTE, ""]
+        if any(x["encoding"] not in ("float32", "sparse") for x in r["indexes"]):
+            lines += [QUANTIZER_NOTE, ""]
     for r in syn:
         lines += ["### Synthetic scaling (random unit vectors)", "",
                   f"Streaming-read bandwidth {r['bandwidth_gb_s']:.2f} GB/s; {r['indexes'][0]['batch_queries']} "
                   "queries per batch.", "",
-                  "| documents | dim | index MB | latency median ms | p99 ms | DRAM bound ms | latency / bound | "
-                  "same-size read ms | throughput q/s |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| documents | dim | index | bytes/vector | index MB | FAISS MB | latency median ms | p99 ms | "
+                  "DRAM bound ms | latency / bound | same-size read ms | throughput q/s | q/s 1 thread |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for x in r["indexes"]:
-            lines.append(f"| {x['n_docs']:,} | {x['dim']} | {x['index_bytes'] / 1e6:.1f} | {x['latency_ms_median']:.3f} | "
+            lines.append(f"| {x['n_docs']:,} | {x['dim']} | {x['encoding']} | {x['bytes_per_vector']} | "
+                         f"{x['index_bytes'] / 1e6:.1f} | {x['memory_bytes'] / 1e6:.1f} | {x['latency_ms_median']:.3f} | "
                          f"{x['latency_ms_p99']:.3f} | {x['lower_bound_ms']:.3f} | {x['latency_ratio_to_bound']:.2f} | "
-                         f"{x['read_ms_same_size']:.3f} | {x['throughput_qps']:.0f} |")
+                         f"{x['read_ms_same_size']:.3f} | {x['throughput_qps']:.0f} | "
+                         f"{x['throughput_qps_one_thread']:.0f} |")
             rows.append({"dataset": "synthetic", **x})
         lines.append("")
     lines.append("DRAM bound: a single-query flat search reads the whole index once, so from main memory it "
@@ -104,8 +120,12 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
         for r in syn:
             ax = axes[2]
             for d in sorted({x["dim"] for x in r["indexes"]}, reverse=True):
-                pts = sorted((x["n_docs"], x["latency_ms_median"]) for x in r["indexes"] if x["dim"] == d)
-                ax.plot([n for n, _ in pts], [v for _, v in pts], marker="o", label=f"d = {d}")
+                for enc in dict.fromkeys(x["encoding"] for x in r["indexes"] if x["dim"] == d):
+                    pts = sorted((x["n_docs"], x["latency_ms_median"]) for x in r["indexes"]
+                                 if x["dim"] == d and x["encoding"] == enc)
+                    ax.plot([n for n, _ in pts], [v for _, v in pts], marker="o" if enc == "float32" else "v",
+                            linestyle="-" if enc == "float32" else "--",
+                            label=f"d = {d}" + ("" if enc == "float32" else f" {enc}"))
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("documents")
