@@ -341,10 +341,11 @@ class MatryoshkaTopKSimilarityLoss(MatryoshkaPairSimilarityLoss):
             return torch.zeros_like(eye).scatter_(1, nn_idx, True)
         # padding items (weight 0) are nobody's neighbour and have none: with n' real items each
         # real row keeps its min(topk, n' - 1) finite picks, the same set as among the n' alone
+        # (a pick of -inf lands on a padding column or the diagonal, which ``allowed`` drops)
         item = weight > 0
-        vals, nn_idx = cz.masked_fill(eye | ~item[None, :], float("-inf")).topk(min(self.topk, n - 1), dim=1)
-        picked = torch.zeros_like(eye).scatter_(1, nn_idx, torch.isfinite(vals))
-        return picked & item[:, None]
+        allowed = ~eye & item[None, :] & item[:, None]
+        nn_idx = cz.masked_fill(~allowed, float("-inf")).topk(min(self.topk, n - 1), dim=1).indices
+        return torch.zeros_like(eye).scatter_(1, nn_idx, True) & allowed
 
 
 # ---- baseline losses: SMEC ----

@@ -86,7 +86,8 @@ def distinct_rows(rows: torch.Tensor):
     first[1:] = s[1:] != s[:-1]
     slot = first.cumsum(0) - 1  # each sorted value's distinct slot
     where = torch.searchsorted(slot, torch.arange(n, device=rows.device)).clamp_max(n - 1)
-    inverse = torch.empty_like(slot).scatter_(0, order, slot)
+    inverse = torch.empty_like(slot)
+    inverse[order] = slot  # a permutation: index_put_, deterministic on every device
     weight = (torch.arange(n, device=rows.device) <= slot[-1]).to(torch.float32)
     return s[where], inverse, weight
 
