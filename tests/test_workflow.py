@@ -149,7 +149,7 @@ def test_efficiency_and_frontier_json(workdir):
             assert x[key] > 0, key
     syn = json.loads((workdir / "results/efficiency/synthetic.json").read_text())
     assert [(x["n_docs"], x["dim"], x["encoding"]) for x in syn["indexes"]] == [
-        (n, d, enc) for n in (2000, 5000) for d in (64, 32) for enc in ("float32", "pq16", "rabitq")] + [
+        (n, d, enc) for n in (2000, 5000) for d in (64, 32) for enc in ("float32", "pq16")] + [
         (1000, 256, "float32")]
     front = json.loads((workdir / "results/frontier/generated-tiny/minilm.json").read_text())
     rows = front["rows"]
