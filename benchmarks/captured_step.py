@@ -28,7 +28,10 @@ With ``--method mrl smec search_adaptor`` (and ``dive``, the default) the other 
 timed too (config/config.yaml's hyperparameters, the same generated data): ``ms_per_step`` of each
 training phase (MRL's two stages, SMEC's stages) from its last epoch of a fit of two epochs per phase,
 median of ``--repeats`` fits after a discarded one, plain and graph; on a GPU also the weights of the
-plain and the replayed fit (``methods`` in the JSON).
+plain and the replayed fit (``methods`` in the JSON). ``--reference`` adds, for MRL and SMEC, the
+step their fixed-shape rewrite replaced (tests/plain_steps_reference.py), its fits alternating with the
+new step's in the same process (``alternating``): on a shared machine a fairer before/after than two
+processes run one after the other.
 
 On the CPU the graph does not apply (``run_epochs`` ignores ``cuda_graph`` there): ``--device cpu``
 times the plain loop, which is how the CPU step is compared before and after a change (run it from
@@ -110,15 +113,33 @@ def phase_ms(method: str, rows: list[dict], steps: int, batch: int) -> dict[str,
     return {ph: 1000 * sec / (-(-DOCS // batch) if ph == "unsupervised" else steps) for ph, sec in last.items()}
 
 
-def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, graph: bool, method: str = "dive"):
-    """A fit of ``method`` through the workflow's loop, the graph on or off; (method, log rows, seconds)."""
-    from dive_core.methods.base import method_class
+def reference_class(method: str):
+    """The class training ``method`` with the step its fixed-shape rewrite replaced (issue 63 item 1;
+    kept in tests/plain_steps_reference.py), or None."""
+    sys.path.insert(0, str(Path.cwd() / "tests"))
+    import plain_steps_reference as ref
 
-    cls = method_class(method)
+    return {"mrl": ref.PlainMRL, "smec": ref.PlainSMEC}.get(method)
+
+
+def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, graph: bool, method: str = "dive",
+        cls=None):
+    """A fit of ``method`` through the workflow's loop, the graph on or off (``cls``: a class to
+    train instead of the registered one, e.g. :func:`reference_class`); (method, log rows, seconds)."""
+    from dive_core.methods.base import method_class
+    from dive_core.training import set_seed
+
+    make = cls
+    cls = cls or method_class(method)
     was = cls.__dict__.get("cuda_graph")
     cls.cuda_graph = graph
     try:
-        m = new_method(method, d, k, method_hparams(method, epochs, batch), 2027, device=device)
+        hp = method_hparams(method, epochs, batch)
+        if make is None:
+            m = new_method(method, d, k, hp, 2027, device=device)
+        else:
+            set_seed(2027)
+            m = make(d, k, hp, 2027, device)
         log = TrainLog()
         sync(device)
         t0 = time.perf_counter()
@@ -211,6 +232,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--method", nargs="+", default=["dive"], choices=METHODS,
                     help="time these methods' steps (DIVE: also FLOPs, profile, fits together)")
+    ap.add_argument("--reference", action="store_true",
+                    help="MRL, SMEC: also time the step their fixed-shape rewrite replaced "
+                         "(tests/plain_steps_reference.py), its fits alternating with the new step's, in this process")
     a = ap.parse_args(argv)
     others = [mt for mt in a.method if mt != "dive"]
     torch.set_num_threads(a.threads)
@@ -252,6 +276,21 @@ def main(argv=None) -> int:
                                   "epochs": epochs, "steps_per_epoch": 88}
                 print(f"{mt} {d}->{k} weights: plain {res['weights']['plain_sha256'][:12]} graph "
                       f"{res['weights']['graph_sha256'][:12]} max |diff| {res['weights']['max_abs_diff']:.3g}", flush=True)
+            if a.reference and reference_class(mt) is not None:  # the replaced step, fits alternating with the new one
+                variants = {"fixed_shape": None, "replaced": reference_class(mt)}
+                for cls in variants.values():
+                    fit(d, k, data, epochs, a.batch, dev, False, mt, cls)  # warm-up fits, discarded
+                runs = {v: [] for v in variants}
+                for _ in range(a.repeats):
+                    for v, cls in variants.items():
+                        runs[v].append(phase_ms(mt, fit(d, k, data, epochs, a.batch, dev, False, mt, cls)[1], a.steps,
+                                                a.batch))
+                res["alternating"] = {v: {ph: {"ms_per_step": statistics.median(r[ph] for r in rs),
+                                               "all_ms": [round(r[ph], 2) for r in rs]} for ph in rs[0]}
+                                      for v, rs in runs.items()}
+                for v, per in res["alternating"].items():
+                    print(f"{mt} {d}->{k} {v} (alternating): " + ", ".join(
+                        f"{ph} {x['ms_per_step']:.2f} ms/step {x['all_ms']}" for ph, x in per.items()), flush=True)
             out["methods"].setdefault(mt, {})[shape] = res
             if a.out:
                 Path(a.out).write_text(json.dumps(out, indent=1))
