@@ -239,9 +239,9 @@ def test_first_step_objective_by_hand(problem):
         t = int(m._t)  # the step's row of the epoch's schedule (SMEC._schedule)
         row = {k: v[t].clone() for k, v in m._sched.items()}
         adapter_down = m.stages[0].adapter.down.weight.detach().clone()
-        table = m._wide.clone()
+        table, occupant = m._wide.clone(), m._occupant.clone()  # vectors per queue slot, each slot's item
         out = original(data, idx)
-        calls.append(dict(idx=idx.clone(), row=row, table=table, adapter_down=adapter_down, z=m._z,
+        calls.append(dict(idx=idx.clone(), row=row, table=table, occupant=occupant, adapter_down=adapter_down, z=m._z,
                           items=torch.cat([m._tq[idx], m._tp[idx], m._tn[idx]]),
                           out={k: v.detach() for k, v in out.items()}))
         if len(calls) == 2:
@@ -279,9 +279,10 @@ def test_first_step_objective_by_hand(problem):
     # from the step that enqueued it: step 1 ran the identity adapter, so the stored vectors are
     # exactly the frozen inputs z, although the adapter has moved since (f(z) != z)
     valid = second["row"]["valid"] & (second["row"]["weight"] > 0)[:, None]
-    nb = second["row"]["nb"][valid]
+    slots = second["row"]["nb"][valid]  # rows of the table: queue slots (the queue never evicts here)
+    nb = second["occupant"][slots]
     assert set(nb.tolist()) <= set(distinct.tolist())
-    assert torch.equal(second["table"][nb], second["z"][nb])
+    assert torch.equal(second["table"][slots], second["z"][nb])
     assert second["adapter_down"].abs().sum() > 0
 
 

@@ -355,7 +355,8 @@ class SMEC(TorchMethod):
     # Gumbel noise) is worked out for every step of an epoch before the epoch (``_schedule``, with
     # the queue of keys kept there), and the step reads its row of those tensors at a step counter
     # kept on the device. The anchors are padded to 3B rows (weight 0). The stored wide vectors live
-    # in a per-item table written by the step that pushes them.
+    # in a table of one row per queue slot (memory of the queue's size), written by the step that
+    # pushes them.
     def fit(self, data, log, progress: bool = True) -> None:
         if data.n_triplets == 0:
             raise ValueError("smec: supervised method, needs training triplets")
@@ -387,10 +388,13 @@ class SMEC(TorchMethod):
                 self._stage = s
                 self._queue = CrossBatchMemory(self.queue_size, self.d, 0, dev,
                                                n_items if self._nbrs is not None else None)
-                # stored wide vectors per item; row n_items takes the padding's writes, row
-                # n_items + 1 (ones: a finite norm) stands for an empty neighbour slot
-                self._wide = torch.zeros(n_items + 2, st.width_in, device=dev)
+                # the queued items' stored wide vectors, one row per queue slot (an item keeps its
+                # slot while queued; _schedule assigns them); row Q takes the writes of padding and
+                # of items not queued, row Q + 1 (ones: a finite norm) stands for an empty neighbour
+                self._wide = torch.zeros(self.queue_size + 2, st.width_in, device=dev)
                 self._wide[-1] = 1.0
+                self._slot = torch.full((n_items,), -1, dtype=torch.long, device=dev)  # item -> slot
+                self._occupant = torch.full((self.queue_size,), -1, dtype=torch.long, device=dev)  # slot -> item
                 self._sched, self._t = None, torch.zeros(1, dtype=torch.long, device=dev)
                 self._consts = torch.tensor([float(st.width_in), float(st.width_out)], device=dev)
                 self._pending = None
@@ -404,7 +408,7 @@ class SMEC(TorchMethod):
                 self.meta.setdefault("ads", []).append(ads_summary(st))
         finally:
             for name in ("_z", "_x", "_tq", "_tp", "_tn", "_yp", "_yn", "_queue", "_pending", "_gen",
-                         "_nbrs", "_wide", "_sched", "_t", "_consts"):
+                         "_nbrs", "_wide", "_sched", "_t", "_consts", "_slot", "_occupant"):
                 self.__dict__.pop(name, None)
         self.net.eval()
 
@@ -412,11 +416,12 @@ class SMEC(TorchMethod):
     def _schedule(self, order: torch.Tensor) -> None:
         """Before an epoch: for each of its steps (batches of ``order``), the distinct batch items
         padded to 3B anchors (``anchors``, ``weight``), the triplets' anchor rows (``inverse``), each
-        anchor's S-XBM neighbours as item rows (``nb``; an empty slot -> the table's row of ones),
-        their frozen cosines and validity, and the step's Gumbel noise; then the queue as it is
-        after that step. Written into the same tensors every epoch (a recorded step reads them)."""
+        anchor's S-XBM neighbours as rows of the vector table (``nb``; an empty slot -> the table's
+        row of ones), their frozen cosines and validity, the rows the step writes its anchors' vectors
+        to (``write``) and the step's Gumbel noise; then the queue as it is after that step. Written
+        into the same tensors every epoch (a recorded step reads them)."""
         st = self.stages[self._stage]
-        bs, m, n_items = int(self.hp["batch_size"]), self.queue_neighbors, self._z.shape[0]
+        bs, m, q = int(self.hp["batch_size"]), self.queue_neighbors, self.queue_size
         rows = 3 * bs
         dev = order.device
         steps = []
@@ -425,20 +430,23 @@ class SMEC(TorchMethod):
             items = torch.cat([self._tq[idx], self._tp[idx], self._tn[idx]])
             anchors, inv = torch.unique(items, return_inverse=True)
             a = anchors.shape[0]
-            nb = torch.full((rows, m), n_items + 1, dtype=torch.long, device=dev)
+            nb = torch.full((rows, m), q + 1, dtype=torch.long, device=dev)
             target = torch.zeros((rows, m), device=dev)
             valid = torch.zeros((rows, m), dtype=torch.bool, device=dev)
             if len(self._queue):
                 qi, tg, ok = (self._nbrs.lookup(anchors, self._queue, self._z) if self._nbrs is not None else
                               self._queue.exact_neighbours(anchors, self._z[anchors], m))
                 w = qi.shape[1]
-                nb[:a, :w] = torch.where(ok, self._queue.keys[qi], n_items + 1)
+                nb[:a, :w] = torch.where(ok, self._slot[self._queue.keys[qi]], q + 1)
                 target[:a, :w], valid[:a, :w] = tg, ok
+            self._queue.push(items, self._z[items])
+            self._assign_slots()
+            write = self._slot[anchors]
             pad = lambda x, n, v=0: torch.cat([x, x.new_full((n - x.shape[0],), v)])  # noqa: E731
             steps.append(dict(anchors=pad(anchors, rows), weight=pad(torch.ones(a, device=dev), rows),
                               inverse=pad(inv, rows), nb=nb, target=target, valid=valid,
+                              write=pad(torch.where(write >= 0, write, q), rows, q),
                               noise=gumbel_noise(st.width_in, self._gen).to(dev)))
-            self._queue.push(items, self._z[items])
         new = {k: torch.stack([s_[k] for s_ in steps]) for k in steps[0]}
         if self._sched is None:
             self._sched = new
@@ -447,9 +455,23 @@ class SMEC(TorchMethod):
                 self._sched[k].copy_(v)
         self._t.zero_()
 
+    def _assign_slots(self) -> None:
+        """After a push: the slots of items that left the queue are freed, the items that entered
+        take free ones; an item still queued keeps its slot (so its stored vector stays put)."""
+        keys, occ = self._queue.keys, self._occupant
+        queued = torch.zeros_like(self._slot, dtype=torch.bool)
+        queued[keys] = True
+        gone = (occ >= 0) & ~queued[occ.clamp_min(0)]
+        self._slot[occ[gone]] = -1
+        occ[gone] = -1
+        new = keys[self._slot[keys] < 0]
+        free = torch.nonzero(occ < 0).squeeze(1)[: new.shape[0]]
+        occ[free] = new
+        self._slot[new] = free
+
     def _push(self) -> None:
-        """After the step: its anchors' wide vectors into the table (the queue's keys were pushed
-        by :meth:`_schedule`), and the step counter on."""
+        """After the step: its anchors' wide vectors into their queue slots (the queue's keys were
+        pushed and the slots assigned by :meth:`_schedule`), and the step counter on."""
         rows, wide = self._pending
         self._wide[rows] = wide.to(self._wide.dtype)
         self._t += 1
@@ -465,8 +487,7 @@ class SMEC(TorchMethod):
         narrow = wide[:, sel] * mask[sel]  # = (wide * mask)[:, sel], on w_s columns only
         nb_wide = self._wide[at["nb"]]  # memory entries: constants (decision 8)
         target, valid = at["target"], at["valid"]
-        # the padding's vectors go to the table's spare row
-        self._pending = (torch.where(weight > 0, anchors, self._z.shape[0]), wide.detach())
+        self._pending = (at["write"], wide.detach())  # padding's and unqueued items' rows: the spare row
         yp, yn = self._yp[idx], self._yn[idx]
         out: dict[str, torch.Tensor] = {}
         # S-XBM at the narrow width = at the wide width with both sides scaled by the k-hot mask
