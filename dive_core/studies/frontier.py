@@ -132,10 +132,11 @@ def quantizer_markdown(rows: Sequence[Mapping], title: str, settings: Mapping | 
                                                                    parse(n).m or 0, parse(n).bits))
     fits = sum(x["fit_seconds"] or 0 for x in qrows)
     one = qrows[0]
+    niter = next((x["opq_niter"] for x in qrows if x.get("opq_niter")), "no OPQ row, no")
     lines = ["", f"#### {title}: the index quantizers", "",
              "FAISS's own codes of each method's vectors (learned map, then quantization): `pq<M>` product "
              "quantization, M sub-quantizers of 256 centroids (M bytes); `opq<M>` the same after OPQ's rotation "
-             f"({one.get('opq_niter') or 'n/a'} iterations); `rabitq` 1 bit a dimension plus FAISS's per-vector "
+             f"({niter} iterations); `rabitq` 1 bit a dimension plus FAISS's per-vector "
              "factors, `rabitq<b>` b bits; `sq4` 4 bits a dimension. Codebooks, rotations and ranges fitted on "
              f"the corpus documents only (k-means seed {one.get('quantizer_seed')}); search by inner product, "
              "the query in float32 against the codes (asymmetric). nDCG@10; a cell's (B) is its bytes per "
