@@ -31,6 +31,7 @@ OWNERS = {
     f"{E}/triplets": plan.EXPERIMENT_TRIPLETS,
     f"{E}/stage": plan.STAGES,
     f"{E}/dim": plan.DIMS,
+    "properties/quantizers/properties/dims/items": plan.DIMS,  # the frontier's quantized dimensions
     "properties/compress/additionalProperties/properties/encoding": vectors.ENCODINGS,
     "properties/compress/additionalProperties/properties/side": compress_config.SIDES,
 }
