@@ -141,7 +141,7 @@ def topk_indices(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 def gumbel_noise(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """One Gumbel(0, 1) draw of ``n`` coordinates, on the CPU (the same noise on every device)."""
-    u = torch.rand((n,), generator=generator, dtype=torch.float32)
+    u = torch.rand((n,), generator=generator, dtype=torch.float32)  # cpu: drawn from a CPU generator, the same noise on every device
     return -torch.log(-torch.log(u.clamp_min(1e-20)))
 
 
