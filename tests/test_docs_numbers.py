@@ -366,3 +366,22 @@ def test_the_findings_come_first_and_the_readmes_are_short():
     assert sum(1 for line in findings.splitlines() if line.strip()) <= README_FINDINGS_LINES
     for verdict in ("contradicted", "holds", "not reproduced"):
         assert verdict in findings.lower()
+
+
+def test_the_provenance_table_says_what_each_published_header_says():
+    """results.md's last table (table, commit, machine, MKL mode) agrees with every published
+    table's header, and lists every published table."""
+    page = (REPO / CITING_PAGE).read_text(encoding="utf-8")
+    listed = {}
+    for line in page.split("| table | commit | machine | MKL mode |", 1)[1].splitlines()[2:]:
+        if line.startswith("|"):
+            name, commit, machine, mkl = (c.strip() for c in line.strip("|").split("|"))
+            listed[re.search(r"tables/([\w-]+)\.md", name).group(1)] = (commit, machine, mkl)
+    assert set(listed) == {p.stem for p in TABLES.glob("*.md")}
+    for name, (commit, machine, mkl) in listed.items():
+        header = (TABLES / f"{name}.md").read_text(encoding="utf-8").split("\n\n", 1)[0]
+        assert re.search(rf"^> - commit: `{commit.strip('`').split('`')[0]}", header, re.M), name
+        stated = re.search(r"^> - machine: (.*)$", header, re.M).group(1)
+        assert (machine == "not stated") == stated.startswith("not stated"), name
+        assert machine == "not stated" or stated.startswith(machine), name
+        assert mkl.split(" ")[0] in re.search(r"^> - MKL mode: (.*)$", header, re.M).group(1), name
