@@ -35,6 +35,8 @@ SELECTION = "results/selection/{backbone}/{study}.json"  # each backbone selects
 EFFICIENCY = "results/efficiency/{dataset}/{backbone}.json"
 SYNTHETIC = "results/efficiency/synthetic.json"
 FRONTIER = "results/frontier/{dataset}/{backbone}.json"
+# an arrival study's index quantizers (config experiments.<name>.codes): codebooks fitted on the known documents
+ARRIVAL_CODES = "results/arrival_codes/{experiment}/{dataset}/{backbone}.json"
 TABLE = "results/tables/{experiment}.md"
 TABLE_TSV = "results/tables/{experiment}.tsv"
 RUNS_TSV = "results/tables/{experiment}_runs.tsv"
@@ -88,6 +90,7 @@ LOGS = {
     "efficiency": "logs/efficiency/{dataset}/{backbone}.log",
     "efficiency_synthetic": "logs/efficiency/synthetic.log",
     "frontier": "logs/frontier/{dataset}/{backbone}.log",
+    "arrival_codes": "logs/arrival_codes/{experiment}/{dataset}/{backbone}.log",
     "fetch_model": "logs/fetch_model/{backbone}.log",
     "python_env": "logs/python_env/{env}.log",
     "embed_part": "logs/embed_part/{dataset}/{backbone}/{part}.log",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+POINTS_PER_CENTROID = 39  # FAISS's ClusteringParameters.min_points_per_centroid: it warns below this
 OPQ_NITER = 10  # OPQ's alternating iterations (FAISS's default 50); config quantizers.opq_niter
 _NAME = re.compile(r"^(?:(?P<kind>pq|opq)(?P<m>[1-9][0-9]*)(?:x(?P<bits>[1-9][0-9]*))?"
                    r"|rabitq(?P<rbits>[1-9])?|sq4)$")
@@ -93,7 +94,14 @@ def min_training_points(name: str) -> int | None:
     """The rows FAISS's k-means asks for (39 per centroid) to train one PQ sub-quantizer of ``name``;
     None for the quantizers without centroids (RaBitQ, SQ4)."""
     q = parse(name)
-    return 39 * 2 ** q.bits if q.kind in ("pq", "opq") else None
+    return POINTS_PER_CENTROID * 2 ** q.bits if q.kind in ("pq", "opq") else None
+
+
+def centroids(name: str) -> int | None:
+    """The centroids of one sub-quantizer of ``name`` (2^bits; None for RaBitQ and SQ4): the fewest
+    training rows its k-means accepts at all."""
+    q = parse(name)
+    return 2 ** q.bits if q.kind in ("pq", "opq") else None
 
 
 def grid(d: int, settings: dict) -> list[str]:
@@ -109,6 +117,14 @@ def grid(d: int, settings: dict) -> list[str]:
     names = [f"pq{m}" for m in ms("pq_m")] + [f"opq{m}" for m in ms("opq_m")]
     names += ["rabitq" if b == 1 else f"rabitq{b}" for b in settings.get("rabitq_bits") or []]
     return names + (["sq4"] if settings.get("sq4") else [])
+
+
+def arrival_grid(d: int, settings: dict) -> list[str]:
+    """:func:`grid` and, for the arrival study, PQ at every M of ``pq_m`` with each of
+    ``arrival_bits`` bits per sub-quantizer (``pq{M}x{b}``: fewer centroids, fitted on fewer rows)."""
+    names = grid(d, settings)
+    pq = [n for n in names if parse(n).kind == "pq"]
+    return names + [f"{n}x{int(b)}" for b in settings.get("arrival_bits") or [] if int(b) != 8 for n in pq]
 
 
 def _faiss():

@@ -22,6 +22,8 @@ selection              ``results/selection/{backbone}/{study}.json``            
 efficiency             ``results/efficiency/{dataset}/{backbone}.json``               efficiency
 efficiency_synthetic   ``results/efficiency/synthetic.json``                          efficiency_synthetic
 frontier               ``results/frontier/{dataset}/{backbone}.json``                 frontier
+arrival_codes          ``results/arrival_codes/{experiment}/{dataset}/{backbone}``    arrival_codes
+                       ``.json``
 compressed             ``results/compressed/{name}.{ext}``: the metadata record of    compress
                        each vector set (:data:`COMPRESSED_META_KEY`)
 compress_part          ``results/compressed/{name}.parts/{shard}/set{j}.h5.json``     compress_part
@@ -65,6 +67,7 @@ from .metrics import METRICS
 VERSIONS = {
     "source": 1, "splits": 1, "arrival": 1, "embeddings": 1, "embedding_shard": 1, "triplets": 1, "checkpoint": 2, "result": 2,
     "selection": 2, "efficiency": 3, "efficiency_synthetic": 2, "frontier": 3,
+    "arrival_codes": 1,
 }  # checkpoints written before this module were tagged dive-pipeline-checkpoint/1: refused like any other
 # checkpoint/2, result/2: the training precision (fp32 | bf16) in the checkpoint meta and the result
 # selection/2: the backbone whose runs it selects on (a pick never trains another backbone's runs)
@@ -86,7 +89,7 @@ RULES = {
     "source": "stage_beir", "splits": "make_splits", "arrival": "make_arrival", "embeddings": "embed", "embedding_shard": "embed_part",
     "triplets": "triplets",
     "checkpoint": "train", "result": "evaluate", "selection": "select", "efficiency": "efficiency",
-    "efficiency_synthetic": "efficiency_synthetic", "frontier": "frontier",
+    "efficiency_synthetic": "efficiency_synthetic", "frontier": "frontier", "arrival_codes": "arrival_codes",
 }
 
 # What every efficiency measurement records about where it ran (dive_core.efficiency.faiss_info and
@@ -115,6 +118,9 @@ FIELDS = {
     "efficiency": ("dataset", "backbone", "n_queries", *_MACHINE, "indexes", "versions", "runtime"),
     "efficiency_synthetic": ("dataset", *_MACHINE, "indexes", "versions", "runtime"),
     "frontier": ("dataset", "backbone", "n_queries", "query_ids", "seen", "rows", "versions", "runtime"),
+    # frontier rows (float32 and quantizer codes) of an arrival study's maps, every fit on the known documents
+    "arrival_codes": ("experiment", "dataset", "backbone", "seed", "n_queries", "query_ids", "strata", "known_docs",
+                      "arrival_sha256", "rows", "skipped", "quantizers", "versions", "runtime"),
 }
 # Records holding a list of rows: the list's field and the fields of every row (the list is not empty).
 ROW_FIELDS = {

@@ -4,6 +4,7 @@
 from dive_core import environments, records, resources
 from dive_core.paths import (
     ARRIVAL,
+    ARRIVAL_CODES,
     CHECKPOINT,
     EFFICIENCY,
     EMBED_PART,

@@ -78,3 +78,30 @@ rule frontier:
         quantized=lambda wc: PLAN.frontier_quantized(wc.backbone),
     script:
         "../workflow_scripts/frontier.py"
+
+
+# An arrival study's vectors under the index quantizers, every codebook and rotation fitted on the
+# documents known at training time (experiments.<name>.codes); the whole corpus is searched.
+rule arrival_codes:
+    input:
+        unpack(PLAN.arrival_codes_inputs),
+    output:
+        ARRIVAL_CODES,
+    log:
+        LOGS["arrival_codes"],
+    benchmark:
+        bench_path(LOGS["arrival_codes"])
+    conda:
+        "../envs/train-gpu.yaml"
+    threads: PLAN.setting("threads", "evaluate")
+    resources:
+        mem_mb=job_resource("measure", "mem_mb"),
+        runtime=job_resource("measure", "runtime"),
+    params:
+        record=records.FORMATS["arrival_codes"],  # a new record format reruns the job
+        runs=lambda wc: PLAN.arrival_code_runs(wc.experiment, wc.backbone),
+        seed=lambda wc: PLAN.experiment(wc.experiment)["seeds"][0],
+        top_k=PLAN.setting("evaluation", "top_k"),
+        quantizers=PLAN.setting("quantizers"),
+    script:
+        "../workflow_scripts/arrival_codes.py"

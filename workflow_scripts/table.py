@@ -29,6 +29,13 @@ if "arrival" in inp.keys():  # one arrival manifest per dataset of the study, in
         if manifest["dataset"] != ds:
             raise records.RecordError(f"{path}: the arrival manifest of {manifest['dataset']!r}, declared for {ds!r}")
         ctx.arrival[manifest["dataset"]] = manifest
+if "codes" in inp.keys():  # the arrival study's index quantizers, fitted on the known documents
+    ctx.codes = [records.read("arrival_codes", path) for path in inp.codes]
+    manifests = dict(zip(ctx.datasets, inp.arrival))
+    for path, rec in zip(inp.codes, ctx.codes):
+        if rec["arrival_sha256"] != sha256_file(manifests[rec["dataset"]]):
+            raise records.RecordError(f"{path}: fitted under another arrival manifest than {manifests[rec['dataset']]}; "
+                                      f"rerun `snakemake --forcerun arrival_codes {path}`")
 study = STUDIES[p.study](results, ctx)
 report.write_tsv(out.runs, report.collect(results) if kind == "result" else study.rows)  # one row per run
 report.write_tsv(out.tsv, study.rows)

@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..atomic import atomic_path
+from ..quantizers import POINTS_PER_CENTROID as MIN_POINTS_PER_CENTROID  # FAISS warns below this
 from ..vector_checks import where
 from ..vectors import CHUNK_ROWS, VectorFile
 from .codec import _ranges_of
@@ -23,7 +24,6 @@ from .files import _bar, decode_chunks, open_sets, read_metadata
 
 TRAIN_SIZE = 100_000  # rows of the training sample by default (FAISS's k-means keeps at most 256 a centroid)
 TRAIN_SEED = 0  # the sample's numpy Generator seed by default
-MIN_POINTS_PER_CENTROID = 39  # FAISS's ClusteringParameters.min_points_per_centroid: it warns below this
 CLI_NAMES = {"index": "--index", "train_size": "--faiss-train-size"}
 # an index that cannot be filled as a stream, and why (FAISS's class name prefix)
 NOT_STREAMED = {"IndexNSG": "builds its graph from every vector in one add (FAISS: NSG does not support "

@@ -92,6 +92,21 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
             if m not in exp.get("methods", []):
                 raise ConfigError(f"config: experiments.{ename}.method_seeds.{m}: {m!r} is not one of the "
                                   f"experiment's methods {exp.get('methods', [])}")
+        if exp.get("codes") and exp.get("study", "main") != "arrival":
+            raise ConfigError(f"config: experiments.{ename}.codes: only an arrival study fits the index quantizers "
+                              f"on the known documents (this one is study {exp.get('study', 'main')!r})")
+        for i, m in enumerate(exp.get("codes") or []):
+            if m not in config["methods"]:
+                raise ConfigError(f"config: experiments.{ename}.codes[{i}] = {m!r} is not defined under methods")
+            if m not in exp.get("methods", []):
+                continue  # not in this study (a config that narrows `methods` keeps the default `codes`)
+            first = (exp.get("seeds") or [None])[0]
+            if first not in ((exp.get("method_seeds") or {}).get(m) or exp.get("seeds") or []):
+                raise ConfigError(f"config: experiments.{ename}.codes[{i}] = {m!r}: the codes are of seed {first} "
+                                  f"(the experiment's first), which {m!r} does not run")
+            if method_type(config, m) == "csr":
+                raise ConfigError(f"config: experiments.{ename}.codes[{i}] = {m!r}: k-sparse codes are stored as "
+                                  "they are, not through the index quantizers")
         if exp.get("versus") and exp.get("study", "main") not in ("main", "tuned"):
             raise ConfigError(f"config: experiments.{ename}.versus: only a main or tuned study draws its paired "
                               f"tests (this one is study {exp.get('study')!r})")

@@ -114,6 +114,14 @@ def frontier_quantized(config: Mapping, backbone: str) -> list[tuple[str, int]]:
     return runs
 
 
+def arrival_code_runs(config: Mapping, name: str, backbone: str) -> list[tuple[str, int]]:
+    """``[(method, k)]`` of arrival experiment ``name`` whose vectors get the index quantizers' rows
+    fitted on the known documents (``experiments.<name>.codes``, generated variants' names; a name
+    not among the study's methods is left out), each at the experiment's dimension (frozen: full)."""
+    exp = experiment(config, name)
+    return [(m, method_k(config, backbone, m, exp["dim"])) for m in exp.get("codes") or [] if m in exp["methods"]]
+
+
 def dataset_groups(registry: Mapping[str, Mapping], datasets: Iterable[str]) -> dict[str, str]:
     """dataset -> its group (CQADupStack's communities average first), itself when ungrouped."""
     return {ds: registry[ds].get("group", ds) for ds in datasets}

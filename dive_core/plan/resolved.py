@@ -17,7 +17,7 @@ from .checks import VECTORS, check
 if TYPE_CHECKING:
     from ..environments import Environment
 from .disk import check_default_backbone
-from .experiments import (dataset_groups, defined_backbone, efficiency_runs, enabled_experiments, experiment,
+from .experiments import (arrival_code_runs, dataset_groups, defined_backbone, efficiency_runs, enabled_experiments, experiment,
                           experiment_runs, experiment_title, frontier_quantized, frontier_runs, headline_run)
 from .frozen import freeze, thaw
 from .grammar import ARRIVAL, OWN_JSON_STUDIES, parse_negatives
@@ -175,6 +175,9 @@ class Plan:
 
     def frontier_quantized(self, backbone: str) -> list[tuple[str, int]]:
         return frontier_quantized(self.config, backbone)
+
+    def arrival_code_runs(self, experiment: str, backbone: str) -> list[tuple[str, int]]:
+        return arrival_code_runs(self.config, experiment, backbone)
 
     def triplet_cap(self, dataset: str) -> int | None:
         return triplet_cap(self.config, dataset)
@@ -352,6 +355,15 @@ class Plan:
         return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
                 "checkpoints": self._checkpoints(w, runs, self.experiment("frontier")["seeds"][0])}
 
+    def arrival_codes_inputs(self, w: Any) -> dict:
+        """An arrival experiment's quantizer job: the embeddings, splits and arrival manifest, and the
+        checkpoints of its ``codes`` methods at the experiment's first seed."""
+        w = _wildcards(w)
+        runs = self.arrival_code_runs(w["experiment"], w["backbone"])
+        return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
+                "arrival": paths.ARRIVAL.format(**w),
+                "checkpoints": self._checkpoints(w, runs, self.experiment(w["experiment"])["seeds"][0])}
+
     def table_inputs(self, w: Any) -> dict:
         """A study's declared inputs: its runs' result records, per-query and train-log files (in
         the same order), or its own measurement records; the audit's selection record."""
@@ -369,6 +381,9 @@ class Plan:
             inputs["selection"] = paths.SELECTION.format(backbone=exp["backbones"][0], study="lr_audit")
         if exp["study"] == "arrival":  # the strata of every evaluated query, per dataset
             inputs["arrival"] = [paths.ARRIVAL.format(dataset=ds) for ds in exp["datasets"]]
+            if any(m in exp["methods"] for m in exp.get("codes") or []):  # its quantizers, fitted on the known docs
+                inputs["codes"] = [paths.ARRIVAL_CODES.format(experiment=name, dataset=ds, backbone=bb)
+                                   for bb in exp["backbones"] for ds in exp["datasets"]]
             if any(self.selection_study(m, exp["stage"]) == "arrival_variants" for m in exp["methods"]):
                 # the picks its variants trained with: their time and hash head the table
                 inputs["picks"] = [paths.SELECTION.format(backbone=bb, study="arrival_variants")

@@ -60,6 +60,8 @@ def _variants(config: dict, exp: dict, suffix: str, key: str, applies) -> list[s
             raise ConfigError(f"config: experiments.<study>.method_seeds names both {clash[0]!r} and its generated "
                               f"variant {renamed[clash[0]]!r}; give the seeds once")
         exp["method_seeds"] = {renamed.get(m, m): seeds for m, seeds in exp["method_seeds"].items()}
+    if exp.get("codes"):  # the arrival study's methods whose vectors get the quantizers' rows
+        exp["codes"] = [renamed.get(m, m) for m in exp["codes"]]
     return names
 
 

@@ -10,6 +10,7 @@ from typing import Mapping, Sequence
 from .. import paths, records, report
 from ..evaluation import read_per_query, stratum_means
 from ..splits import STRATA
+from .arrival_codes import codes_markdown
 from .shared import (
     REFERENCE_STYLE, StudyContext, StudyOutput, cell, column_label, method_colors, opening_lines, pyplot, save,
     study_backbones, suptitle,
@@ -309,5 +310,6 @@ def arrival_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     lines = opening_lines(ctx, results) + picks_table(ctx) + stratum_table(summary, ctx, bbs)
     facts = manifest_facts(ctx)
     lines += ([""] + facts if facts else []) + paired_markdown(paired_rows(summary, ctx, bbs))
-    return StudyOutput("\n".join(lines) + "\n", summary_rows(summary, ctx, bbs),
+    code_lines, code_rows = codes_markdown(ctx.codes, ctx, bbs)
+    return StudyOutput("\n".join(lines + code_lines) + "\n", summary_rows(summary, ctx, bbs) + code_rows,
                        lambda p: arrival_figure(p, summary, ctx, bbs))

@@ -40,6 +40,7 @@ class StudyContext:
     per_query: dict[tuple, str] = field(default_factory=dict)
     train_logs: dict[tuple, str] = field(default_factory=dict)
     arrival: dict[str, dict] = field(default_factory=dict)  # arrival: dataset -> its arrival manifest
+    codes: list[dict] = field(default_factory=list)  # arrival: its arrival_codes records (index quantizers)
 
 
 @dataclass

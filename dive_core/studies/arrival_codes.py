@@ -1,0 +1,127 @@
+"""The arrival study's index quantizers (config ``experiments.<name>.codes``): PQ, OPQ + PQ, RaBitQ
+and SQ4 codes of the frozen vectors and of each arrival-fitted map's output, every codebook fitted on
+the documents known at training time (records ``arrival_codes``, rule arrival_codes), scored per
+stratum of the test queries (known / new / mixed relevant documents) with a paired test against a
+comparator of the same bytes where the study has one.
+
+A row's comparator (:func:`comparator`): the frozen vectors' 8-bit PQ of the same bytes per vector
+(for a map's code, and for the frozen vectors' other codes of those bytes: OPQ, fewer bits per
+sub-quantizer); else the autoencoder's float32 output (the label-free compressor of the study).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Mapping, Sequence
+
+from .. import report
+from ..splits import STRATA
+from .shared import StudyContext, cell, column_label
+
+METRIC = "ndcg@10"
+COLUMNS = ("all", *STRATA)
+BUDGETS = (8, 16, 32, 64, 256)  # bytes per vector the Markdown table shows (the TSV: every row)
+_PQ8 = re.compile(r"^pq[0-9]+$")  # 8 bits per sub-quantizer
+
+
+def _is_ae(r: Mapping) -> bool:
+    return r["method_type"] == "autoencoder" and r["encoding"] == "float32"
+
+
+def comparator(r: Mapping, rows: Sequence[Mapping]) -> Mapping | None:
+    """The row ``r`` is tested against (module docstring); None for the autoencoder's float32 row
+    itself, or when the record has neither comparator."""
+    if _is_ae(r):
+        return None
+    if not (r["method_type"] == "frozen" and _PQ8.match(r["encoding"])):
+        same = next((o for o in rows if o["method_type"] == "frozen" and _PQ8.match(o["encoding"])
+                     and o["bytes_per_vector"] == r["bytes_per_vector"]), None)
+        if same is not None:
+            return same
+    return next((o for o in rows if _is_ae(o)), None)
+
+
+def _label(r: Mapping) -> str:
+    return f"{r['method']} {r['dim']}d {r['encoding']}"
+
+
+def code_rows(rec: Mapping) -> list[dict]:
+    """One row per row of an ``arrival_codes`` record: nDCG@10 on all test queries and on each
+    stratum, the comparator's label and, per column, Δ (row − comparator) and the two-sided paired
+    randomization test's p (10,000 sign flips) on per-query nDCG@10; NaN for an empty stratum."""
+    pos = {q: i for i, q in enumerate(rec["query_ids"])}
+    groups = {"all": list(rec["query_ids"]), **{s: list(rec["strata"].get(s, [])) for s in STRATA}}
+    missing = sorted({q for qs in groups.values() for q in qs} - set(pos))
+    if missing:
+        raise ValueError(f"arrival codes of {rec['dataset']} ({rec['backbone']}): stratum queries {missing[:3]} "
+                         "are not among the record's test queries")
+    rows = rec["rows"]
+    out = []
+    for r in rows:
+        vs = comparator(r, rows)
+        pq = r["per_query"][METRIC]
+        row = {"backbone": rec["backbone"], "dataset": rec["dataset"], "seed": rec["seed"], "method": r["method"],
+               "method_type": r["method_type"], "supervised": bool(r.get("supervised")), "dim": r["dim"],
+               "encoding": r["encoding"], "bytes_per_vector": r["bytes_per_vector"], "train_rows": r["train_rows"],
+               "codebook_bytes": r["codebook_bytes"], "fit_seconds": r["fit_seconds"],
+               "vs": _label(vs) if vs is not None else ""}
+        for c, qids in groups.items():
+            a = [pq[pos[q]] for q in qids]
+            row[f"{c}_n"] = len(qids)
+            row[c] = sum(a) / len(a) if a else float("nan")
+            if vs is None or not a:
+                row[f"{c}_diff"], row[f"{c}_p"] = float("nan"), float("nan")
+                continue
+            b = [vs["per_query"][METRIC][pos[q]] for q in qids]
+            row[f"{c}_diff"] = sum(x - y for x, y in zip(a, b)) / len(a)
+            row[f"{c}_p"] = report.paired_randomization(a, b)
+        out.append(row)
+    return out
+
+
+def _cell(r: Mapping, c: str) -> str:
+    if r[f"{c}_n"] == 0:
+        return "– (n=0)"
+    if math.isnan(r[f"{c}_diff"]):
+        return cell(r[c])
+    return f"{cell(r[c])} ({r[f'{c}_diff']:+.4f}, p {r[f'{c}_p']:.4f})"
+
+
+def codes_markdown(recs: Sequence[Mapping], ctx: StudyContext, backbones: Sequence[str]) -> tuple[list[str], list[dict]]:
+    """The Markdown section (rows at the bytes of :data:`BUDGETS`) and every record's rows (TSV)."""
+    if not recs:
+        return [], []
+    lines = ["", "### Index quantizers fitted on the known documents", ""]
+    all_rows: list[dict] = []
+    for bb in backbones:
+        for ds in ctx.datasets:
+            rec = next((r for r in recs if (r["backbone"], r["dataset"]) == (bb, ds)), None)
+            if rec is None:
+                continue
+            rows = code_rows(rec)
+            all_rows += rows
+            n = {c: rows[0][f"{c}_n"] for c in COLUMNS} if rows else {}
+            lines += [f"#### {column_label(ds, bb, True)}: codes fitted on {rec['known_docs']} known documents, "
+                      f"seed {rec['seed']}", "",
+                      "| method | dim | code | bytes | fitted on | vs | " +
+                      " | ".join(f"{c} (n={n.get(c, 0)})" for c in COLUMNS) + " |",
+                      "|" + "---|" * (6 + len(COLUMNS))]
+            for r in sorted((r for r in rows if r["bytes_per_vector"] in BUDGETS),
+                            key=lambda r: r["bytes_per_vector"]):
+                fitted = "–" if r["train_rows"] is None else str(r["train_rows"])
+                lines.append(f"| {r['method']} | {r['dim']} | {r['encoding']} | {r['bytes_per_vector']} | {fitted} | "
+                             f"{r['vs'] or '–'} | " + " | ".join(_cell(r, c) for c in COLUMNS) + " |")
+            for s in rec.get("skipped") or []:
+                lines.append(f"\n{s['method']} {s['dim']}d {s['encoding']}: not fitted ({s['centroids']} centroids per "
+                             f"sub-quantizer, {s['known_docs']} known documents).")
+            lines.append("")
+    lines.append(
+        "nDCG@10 of one seed's vectors on the test queries (`all`) and on each stratum, every code's codebooks, "
+        "rotation or ranges fitted on the known documents only, the whole corpus searched with FAISS's asymmetric "
+        "distances. `pq<M>`: M sub-quantizers of 8 bits; `pq<M>x<b>`: of b bits (2^b centroids); `opq<M>`: "
+        "OPQ's rotation, then pq<M>. `fitted on`: the codebook's training rows (FAISS asks for 39 per centroid). "
+        "In brackets: Δ against `vs` (the frozen vectors' 8-bit PQ of the same bytes, else the autoencoder's "
+        f"float32 output) and the paired randomization test's p (10,000 sign flips). Rows at {', '.join(map(str, BUDGETS))} "
+        "bytes; every code is in the TSV.")
+    return lines, all_rows
