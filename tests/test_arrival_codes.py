@@ -115,26 +115,27 @@ def test_each_row_is_tested_against_frozen_pq_of_its_bytes_or_the_autoencoder_by
 
 
 def test_the_plan_names_the_job_and_the_table_reads_its_records():
-    """config.yaml's arrival experiment: codes of frozen and of the arrival-fitted autoencoder, MRL and
-    DIVE at seed 2027, 64d (frozen: 384d); its table declares one record per dataset."""
+    """config.yaml's arrival_codes experiment: codes of frozen and of the arrival-fitted autoencoder, MRL
+    and DIVE at seed 2027, 64d (frozen: 384d); its table declares one record per dataset; the arrival
+    study has none."""
     raw = dcfg.load_yaml(REPO / "config" / "config.yaml")
     p = _plan(raw)
-    assert p.arrival_code_runs("arrival", "minilm") == [("frozen", 384), ("autoencoder-arrival", 64),
+    assert p.arrival_code_runs("arrival_codes", "minilm") == [("frozen", 384), ("autoencoder-arrival", 64),
                                                        ("mrl-arrival", 64), ("dive-arrival", 64)]
-    w = {"experiment": "arrival", "dataset": "scifact", "backbone": "minilm"}
+    w = {"experiment": "arrival_codes", "dataset": "scifact", "backbone": "minilm"}
     inputs = p.arrival_codes_inputs(w)
     assert inputs["arrival"] == "results/scifact/arrival.json"
     assert inputs["checkpoints"][-1] == "results/scifact/minilm/dive-arrival/k64/final/seed2027/model.pt"
-    assert p.table_inputs({"experiment": "arrival"})["codes"] == [
-        f"results/arrival_codes/arrival/{ds}/minilm.json" for ds in p.experiment("arrival")["datasets"]]
-    assert "codes" not in p.table_inputs({"experiment": "arrival_csr"})
+    assert p.table_inputs({"experiment": "arrival_codes"})["codes"] == [
+        f"results/arrival_codes/arrival_codes/{ds}/minilm.json" for ds in p.experiment("arrival_codes")["datasets"]]
+    assert "codes" not in p.table_inputs({"experiment": "arrival"})
     narrow = copy.deepcopy(raw)  # a config that narrows the study's methods keeps the default codes
-    narrow["experiments"]["arrival"].update(methods=["frozen", "dive"], method_seeds={})
-    assert _plan(narrow).arrival_code_runs("arrival", "minilm") == [("frozen", 384), ("dive-arrival", 64)]
+    narrow["experiments"]["arrival_codes"].update(methods=["frozen", "dive"])
+    assert _plan(narrow).arrival_code_runs("arrival_codes", "minilm") == [("frozen", 384), ("dive-arrival", 64)]
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda e: e["arrival"].update(codes=["dvie"]), r"experiments.arrival.codes\[0\] = 'dvie' is not defined"),
+    (lambda e: e["arrival_codes"].update(codes=["dvie"]), r"experiments.arrival_codes.codes\[0\] = 'dvie' is not defined"),
     (lambda e: e["main"].update(codes=["dive"]), r"experiments.main.codes: only an arrival study"),
     (lambda e: e["arrival"].update(codes=["dive"], seeds=[2030]), r"codes are of seed 2030"),
 ])
