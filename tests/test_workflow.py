@@ -37,7 +37,7 @@ def beir(generated_beir):
 METHODS = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
 RUN = "results/generated-tiny/minilm/{method}/k{k}/final/seed2027"
 STUDIES = ("main", "lr_audit", "tuned", "heads", "ablation", "dynamics", "secondary", "unsupervised",
-           "doc_disjoint", "efficiency", "frontier", "arrival", "csr", "arrival_csr")
+           "doc_disjoint", "efficiency", "frontier", "arrival", "arrival_codes", "csr", "arrival_csr")
 
 
 def default_config() -> dict:
