@@ -93,8 +93,8 @@ def fits(name: str, d: int) -> bool:
 def min_training_points(name: str) -> int | None:
     """The rows FAISS's k-means asks for (39 per centroid) to train one PQ sub-quantizer of ``name``;
     None for the quantizers without centroids (RaBitQ, SQ4)."""
-    q = parse(name)
-    return POINTS_PER_CENTROID * 2 ** q.bits if q.kind in ("pq", "opq") else None
+    n = centroids(name)
+    return None if n is None else POINTS_PER_CENTROID * n
 
 
 def centroids(name: str) -> int | None:

@@ -10,14 +10,12 @@ from typing import Mapping, Sequence
 from .. import paths, records, report
 from ..evaluation import read_per_query, stratum_means
 from ..splits import STRATA
-from .arrival_codes import codes_markdown
+from .arrival_codes import COLUMNS, METRIC, codes_markdown
 from .shared import (
     REFERENCE_STYLE, StudyContext, StudyOutput, cell, column_label, method_colors, opening_lines, pyplot, save,
     study_backbones, suptitle,
 )
 
-METRIC = "ndcg@10"
-COLUMNS = ("all", *STRATA)  # "all": the run's score over every evaluated query (its result record)
 LABEL_FREE = ("truncate", "pca", "autoencoder")  # compressed without labels
 REFERENCE = "frozen"  # the uncompressed reference at full dimension
 

@@ -17,11 +17,11 @@ from typing import Mapping, Sequence
 
 from .. import report
 from ..splits import STRATA
+from .frontier import BUDGETS  # bytes per vector the Markdown table shows (the TSV: every row)
 from .shared import StudyContext, cell, column_label
 
 METRIC = "ndcg@10"
-COLUMNS = ("all", *STRATA)
-BUDGETS = (8, 16, 32, 64, 256)  # bytes per vector the Markdown table shows (the TSV: every row)
+COLUMNS = ("all", *STRATA)  # "all": every evaluated query; then each stratum
 _PQ8 = re.compile(r"^pq[0-9]+$")  # 8 bits per sub-quantizer
 
 
