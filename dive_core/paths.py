@@ -35,6 +35,8 @@ SELECTION = "results/selection/{backbone}/{study}.json"  # each backbone selects
 EFFICIENCY = "results/efficiency/{dataset}/{backbone}.json"
 SYNTHETIC = "results/efficiency/synthetic.json"
 FRONTIER = "results/frontier/{dataset}/{backbone}.json"
+# the frontier's rows of the methods it repeats at another seed (experiments.frontier.method_seeds)
+FRONTIER_SEED = "results/frontier/{dataset}/{backbone}/seed{seed}.json"
 # an arrival study's index quantizers (config experiments.<name>.codes): codebooks fitted on the known documents
 ARRIVAL_CODES = "results/arrival_codes/{experiment}/{dataset}/{backbone}.json"
 TABLE = "results/tables/{experiment}.md"
@@ -90,6 +92,7 @@ LOGS = {
     "efficiency": "logs/efficiency/{dataset}/{backbone}.log",
     "efficiency_synthetic": "logs/efficiency/synthetic.log",
     "frontier": "logs/frontier/{dataset}/{backbone}.log",
+    "frontier_seed": "logs/frontier/{dataset}/{backbone}/seed{seed}.log",
     "arrival_codes": "logs/arrival_codes/{experiment}/{dataset}/{backbone}.log",
     "fetch_model": "logs/fetch_model/{backbone}.log",
     "python_env": "logs/python_env/{env}.log",

@@ -22,6 +22,7 @@ selection              ``results/selection/{backbone}/{study}.json``            
 efficiency             ``results/efficiency/{dataset}/{backbone}.json``               efficiency
 efficiency_synthetic   ``results/efficiency/synthetic.json``                          efficiency_synthetic
 frontier               ``results/frontier/{dataset}/{backbone}.json``                 frontier
+                       ``results/frontier/{dataset}/{backbone}/seed{seed}.json``      frontier_seed
 arrival_codes          ``results/arrival_codes/{experiment}/{dataset}/{backbone}``    arrival_codes
                        ``.json``
 compressed             ``results/compressed/{name}.{ext}``: the metadata record of    compress

@@ -13,6 +13,7 @@ from dive_core.paths import (
     EXPORT,
     FIGURE,
     FRONTIER,
+    FRONTIER_SEED,
     HEADLINE,
     LOGS,
     MODEL_DIR,

@@ -80,6 +80,33 @@ rule frontier:
         "../workflow_scripts/frontier.py"
 
 
+# The frontier's rows of the methods that run again at another seed (experiments.frontier.method_seeds):
+# the verdict's codes, picked at the first seed, scored at each of these (the same script, fewer runs).
+rule frontier_seed:
+    input:
+        unpack(PLAN.frontier_seed_inputs),
+    output:
+        FRONTIER_SEED,
+    log:
+        LOGS["frontier_seed"],
+    benchmark:
+        bench_path(LOGS["frontier_seed"])
+    conda:
+        "../envs/train-gpu.yaml"
+    threads: PLAN.setting("threads", "evaluate")
+    resources:
+        mem_mb=job_resource("measure", "mem_mb"),
+        runtime=job_resource("measure", "runtime"),
+    params:
+        record=records.FORMATS["frontier"],  # a new record format reruns the job
+        runs=lambda wc: PLAN.frontier_seed_runs(wc.backbone, int(wc.seed)),
+        top_k=PLAN.setting("evaluation", "top_k"),
+        quantizers=PLAN.setting("quantizers"),
+        quantized=lambda wc: PLAN.frontier_quantized(wc.backbone),
+    script:
+        "../workflow_scripts/frontier.py"
+
+
 # An arrival study's vectors under the index quantizers, every codebook and rotation fitted on the
 # documents known at training time (experiments.<name>.codes); the whole corpus is searched.
 rule arrival_codes:

@@ -158,6 +158,33 @@ def test_runs_of_studies_and_of_the_measurement_studies():
     assert plan.needs_triplets(cfg, "dive-docdisjoint") and not plan.needs_triplets(cfg, "pca")
 
 
+def test_the_frontier_repeats_the_verdicts_methods_at_their_other_seeds():
+    """config.yaml: autoencoder, MRL and dive-pca again at 2028 and 2029 (each dimension of the
+    frontier: 64 and 96), one frontier_seed record per dataset and seed, read by the frontier's table;
+    a method the study leaves out is ignored; a list without the first seed is refused."""
+    cfg = expanded()
+    assert plan.frontier_seeds(cfg) == [2028, 2029]
+    assert plan.frontier_seed_runs(cfg, "minilm", 2028) == [("autoencoder", 64), ("autoencoder", 96), ("mrl", 64),
+                                                            ("mrl", 96), ("dive-pca", 64), ("dive-pca", 96)]
+    p = resolved()
+    inputs = p.frontier_seed_inputs({"dataset": "scifact", "backbone": "minilm", "seed": "2029"})
+    assert inputs["checkpoints"][2] == "results/scifact/minilm/mrl/k64/final/seed2029/model.pt"
+    assert len(inputs["checkpoints"]) == 6
+    assert p.table_inputs({"experiment": "frontier"})["repeats"] == [
+        f"results/frontier/{ds}/minilm/seed{s}.json" for ds in p.experiment("frontier")["datasets"] for s in (2028, 2029)]
+    narrowed = copy.deepcopy(CONFIG)
+    narrowed["experiments"]["frontier"]["methods"] = ["frozen", "mrl"]
+    narrowed["experiments"]["frontier"]["method_seeds"]["mrl"] = [2027, 2028]
+    assert plan.frontier_seeds(expanded(narrowed)) == [2028]
+    assert plan.frontier_seed_runs(expanded(narrowed), "minilm", 2028) == [("mrl", 64), ("mrl", 96)]
+    resolved(narrowed)  # dive-pca and the autoencoder's repeats are left out, not refused
+    bad = copy.deepcopy(CONFIG)
+    bad["experiments"]["frontier"]["method_seeds"]["mrl"] = [2028, 2029]
+    with pytest.raises(dcfg.ConfigError, match=r"experiments.frontier.method_seeds.mrl = \[2028, 2029\]: the frontier "
+                                               "picks its codes at seed 2027"):
+        resolved(bad)
+
+
 def test_the_plan_and_its_params_need_no_torch():
     """The job graph and every job parameter come from dive_core.plan, which imports no torch: a
     Snakemake driver environment without torch plans exactly the same jobs with the same params."""

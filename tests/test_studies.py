@@ -230,7 +230,7 @@ def test_frontier_verdict_picks_the_best_label_free_and_supervised_code_at_each_
                            "quantizers": grid}], ctx(["frozen", "pca", "mrl", "dive"], ["scifact"]))
     assert "the secondary dimension's vectors are not quantized" in out.markdown
     assert "after OPQ's rotation (10 iterations)" in out.markdown
-    assert f"| 8 | all | 4 | pca 64d pq8 | 8 | 0.5000 | mrl 64d pq8 | 8 | 0.7500 | +0.2500 | {p8:.4f} |" in out.markdown
+    assert f"| 8 | all | 4 | pca 64d pq8 | 8 | 1 | 0.5000 | mrl 64d pq8 | 8 | 1 | 0.7500 | +0.2500 | +0.2500 | {p8:.4f} |" in out.markdown
     assert "The pick is made on the test queries themselves" in out.markdown
     assert "| pca | 64 | 0.5000 |" in out.markdown and "| pq8 (8 B) |" in out.markdown  # the quantizer matrix
     assert "| 8 | pca | 64 | pq8 |" not in out.markdown  # quantizer rows: in the matrix and the TSV, not the grid
@@ -242,6 +242,57 @@ def test_frontier_verdict_picks_the_best_label_free_and_supervised_code_at_each_
                       "supervised, other encodings"]
     with pytest.raises(ValueError, match="no `seen` flags"):
         frontier.verdict(rows, None)
+
+
+def test_frontier_verdict_scores_its_picked_codes_over_the_repeated_seeds():
+    """The pick stays at the frontier's seed (2027); a repeat record (seed 2028) holds MRL pq8 at 0.5 on
+    each of four queries and DIVE sq8 at 0.8; PCA and frozen are not repeated (one seed). At 8 B MRL
+    pq8's per-query mean over its seeds (0.75, 0.5, 0.75, 0.5) - PCA pq8's 0.5 = +0.125, by seed +0.25 /
+    0.0; at 16 B - frozen pq16's 0.6: +0.025 (+0.15 / -0.10), although at 2028 MRL falls below frozen
+    (the pick does not move); at 64 B DIVE sq8 0.85 - 0.6 = +0.25 (+0.3 / +0.2), on every query: the
+    exact p of four equal differences is 2/16."""
+    def row(method, enc, nbytes, per_query, supervised, dim=64, seed=2027):
+        return {"method": method, "dim": dim, "active": None, "encoding": enc, "bytes_per_vector": nbytes,
+                "ndcg@10": sum(per_query) / len(per_query), "recall@10": 0.5, "pareto": False,
+                "rescore_oversample": None, "seed": seed, "supervised": supervised, "fit_seconds": None,
+                "opq_niter": None, "quantizer_seed": 2027, "per_query": {"ndcg@10": list(per_query)}}
+
+    rows = [row("pca", "pq8", 8, (0.5,) * 4, False), row("frozen", "pq16", 16, (0.6,) * 4, False, dim=384),
+            row("mrl", "pq8", 8, (1.0, 0.5, 1.0, 0.5), True), row("dive", "sq8", 64, (0.9,) * 4, True)]
+    repeat = [row("mrl", "pq8", 8, (0.5,) * 4, True, seed=2028), row("mrl", "pq16", 16, (0.99,) * 4, True, seed=2028),
+              row("dive", "sq8", 64, (0.8,) * 4, True, seed=2028)]
+    seen = [1, 1, 0, 0]
+    entries = {(e["budget"], e["subset"]): e for e in frontier.verdict(rows, seen, repeats=[repeat])}
+    e8, e16, e64 = entries[(8, "all")], entries[(16, "all")], entries[(64, "all")]
+    assert e8["supervised"]["encoding"] == "pq8" and e8["supervised_seeds"] == [2027, 2028]
+    assert e8["label_free_seeds"] == [2027]
+    assert e8["mean_diff"] == pytest.approx(0.125) and e8["supervised_mean"] == pytest.approx(0.625)
+    assert e8["diff_by_seed"] == pytest.approx({2027: 0.25, 2028: 0.0})
+    assert entries[(8, "seen")]["mean_diff"] == pytest.approx(0.125)  # seen: 0.75, 0.5 against 0.5
+    assert e16["supervised"]["encoding"] == "pq8"  # repeat rows are never picked (mrl pq16 at 2028)
+    assert e16["mean_diff"] == pytest.approx(0.025) and e16["diff_by_seed"] == pytest.approx({2027: 0.15, 2028: -0.1})
+    assert e64["mean_diff"] == pytest.approx(0.25) and e64["diff_by_seed"] == pytest.approx({2027: 0.3, 2028: 0.2})
+    assert abs(e64["p_value"] - 0.125) < 0.02
+    md = "\n".join(frontier.verdict_markdown(list(entries.values()), "scifact (minilm)"))
+    assert "| 8 | all | 4 | pca 64d pq8 | 8 | 1 | 0.5000 | mrl 64d pq8 | 8 | 2 | 0.6250 | +0.1250 | +0.2500 / +0.0000 |" in md
+    assert "Each code is picked at seed 2027" in md
+    one = "\n".join(frontier.verdict_markdown(frontier.verdict(rows, seen), "scifact (minilm)"))
+    assert "One seed (2027) of each trained map" in one
+    # through the study: the repeat's rows reach the TSV with their seed; a repeat of the frontier's own
+    # seed, or over other queries, is refused
+    rec = {"dataset": "scifact", "backbone": "minilm", "n_queries": 4, "query_ids": list("abcd"), "seen": seen,
+           "rows": rows}
+    rep = {"dataset": "scifact", "backbone": "minilm", "query_ids": list("abcd"), "rows": repeat}
+    c = ctx(["frozen", "pca", "mrl", "dive"], ["scifact"])
+    c.repeats = [rep]
+    out = frontier_study([rec], c)
+    assert "+0.2500 / +0.0000" in out.markdown and {r["seed"] for r in out.rows} == {2027, 2028}
+    c.repeats = [{**rep, "query_ids": list("abce")}]
+    with pytest.raises(ValueError, match="other test queries"):
+        frontier_study([rec], c)
+    c.repeats = [{**rep, "rows": [row("mrl", "pq8", 8, (0.5,) * 4, True)]}]
+    with pytest.raises(ValueError, match="the frontier's own"):
+        frontier_study([rec], c)
 
 
 TYPE_COLORS = {"truncate": "#1f77b4", "pca": "#ff7f0e", "autoencoder": "#2ca02c", "mrl": "#d62728",

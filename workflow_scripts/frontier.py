@@ -1,6 +1,7 @@
-"""Rule frontier: held-out quality against bytes per vector, for every method and dimension under
-float32 / float16 / SQ8 / binary (with and without float32 rescoring) corpus codes, and the
-index quantizers of config ``quantizers:`` (PQ, OPQ + PQ, RaBitQ, SQ4) on every dense run."""
+"""Rules frontier and frontier_seed: held-out quality against bytes per vector, for every method and
+dimension (frontier_seed: those of the methods that run again at its seed) under float32 / float16 /
+SQ8 / binary (with and without float32 rescoring) corpus codes, and the index quantizers of config
+``quantizers:`` (PQ, OPQ + PQ, RaBitQ, SQ4) on every dense run."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from dive_core import efficiency, provenance, quantizers, records, runlog
 from dive_core.data import sha256_file

@@ -36,6 +36,8 @@ if "codes" in inp.keys():  # the arrival study's index quantizers, fitted on the
         if rec["arrival_sha256"] != sha256_file(manifests[rec["dataset"]]):
             raise records.RecordError(f"{path}: fitted under another arrival manifest than {manifests[rec['dataset']]}; "
                                       f"rerun `snakemake --forcerun arrival_codes {path}`")
+if "repeats" in inp.keys():  # the frontier's picked codes at its other seeds (frontier_seed records)
+    ctx.repeats = [records.read("frontier", path) for path in inp.repeats]
 study = STUDIES[p.study](results, ctx)
 report.write_tsv(out.runs, report.collect(results) if kind == "result" else study.rows)  # one row per run
 report.write_tsv(out.tsv, study.rows)

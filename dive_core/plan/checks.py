@@ -89,9 +89,18 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
             if m not in config["methods"]:
                 raise ConfigError(f"config: experiments.{ename}.methods[{i}] = {m!r} is not defined under methods")
         for m in exp.get("method_seeds") or {}:
+            if m in config["methods"] and exp.get("study") == "frontier":
+                continue  # a config that narrows the frontier's methods keeps the default repeats (left out)
             if m not in exp.get("methods", []):
                 raise ConfigError(f"config: experiments.{ename}.method_seeds.{m}: {m!r} is not one of the "
                                   f"experiment's methods {exp.get('methods', [])}")
+        if exp.get("study") == "frontier" and exp.get("method_seeds"):
+            first = (exp.get("seeds") or [None])[0]
+            for m, seeds in exp["method_seeds"].items():
+                if first not in seeds:
+                    raise ConfigError(f"config: experiments.{ename}.method_seeds.{m} = {seeds}: the frontier picks its "
+                                      f"codes at seed {first} (the first of seeds), where every method runs; list it "
+                                      "there too, beside the seeds that repeat the picked codes")
         if exp.get("codes") and exp.get("study", "main") != "arrival":
             raise ConfigError(f"config: experiments.{ename}.codes: only an arrival study fits the index quantizers "
                               f"on the known documents (this one is study {exp.get('study', 'main')!r})")

@@ -101,6 +101,24 @@ def frontier_runs(config: Mapping, backbone: str) -> list[tuple[str, int]]:
     return runs
 
 
+def frontier_seeds(config: Mapping) -> list[int]:
+    """The seeds other than the frontier's first at which some of its methods run again
+    (``experiments.frontier.method_seeds``; a listed method that the study leaves out is ignored), in
+    increasing order: one ``frontier_seed`` record each."""
+    exp = experiment(config, "frontier")
+    first = exp["seeds"][0]
+    return sorted({s for m, seeds in (exp.get("method_seeds") or {}).items() if m in exp["methods"]
+                   for s in seeds if s != first})
+
+
+def frontier_seed_runs(config: Mapping, backbone: str, seed: int) -> list[tuple[str, int]]:
+    """``[(method, k)]`` of :func:`frontier_runs` whose method runs again at ``seed``
+    (``experiments.frontier.method_seeds``): the rows that the verdict's picked codes are scored on
+    at that seed."""
+    again = experiment(config, "frontier").get("method_seeds") or {}
+    return [(m, k) for m, k in frontier_runs(config, backbone) if seed in again.get(m, ())]
+
+
 def frontier_quantized(config: Mapping, backbone: str) -> list[tuple[str, int]]:
     """``[(method, k)]`` of :func:`frontier_runs` whose vectors also get the index quantizers' rows:
     each frontier method at the dimensions of ``quantizers.dims`` (frozen: full); a k-sparse code's

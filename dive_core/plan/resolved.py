@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from ..environments import Environment
 from .disk import check_default_backbone
 from .experiments import (arrival_code_runs, dataset_groups, defined_backbone, efficiency_runs, enabled_experiments, experiment,
-                          experiment_runs, experiment_title, frontier_quantized, frontier_runs, headline_run)
+                          experiment_runs, experiment_title, frontier_quantized, frontier_runs, frontier_seed_runs,
+                          frontier_seeds, headline_run)
 from .frozen import freeze, thaw
 from .grammar import ARRIVAL, OWN_JSON_STUDIES, parse_negatives
 from .methods import (arrival_settings, method_entry, method_hparams, method_negatives, method_type,
@@ -175,6 +176,12 @@ class Plan:
 
     def frontier_quantized(self, backbone: str) -> list[tuple[str, int]]:
         return frontier_quantized(self.config, backbone)
+
+    def frontier_seeds(self) -> list[int]:
+        return frontier_seeds(self.config)
+
+    def frontier_seed_runs(self, backbone: str, seed: int) -> list[tuple[str, int]]:
+        return frontier_seed_runs(self.config, backbone, seed)
 
     def arrival_code_runs(self, experiment: str, backbone: str) -> list[tuple[str, int]]:
         return arrival_code_runs(self.config, experiment, backbone)
@@ -355,6 +362,17 @@ class Plan:
         return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
                 "checkpoints": self._checkpoints(w, runs, self.experiment("frontier")["seeds"][0])}
 
+    def frontier_seed_inputs(self, w: Any) -> dict:
+        """A ``frontier_seed`` job: the embeddings, the splits and the checkpoints, at the job's seed, of
+        the frontier methods that run again at it (:meth:`frontier_seed_runs`)."""
+        w = _wildcards(w)
+        runs = self.frontier_seed_runs(w["backbone"], int(w["seed"]))
+        if not runs:
+            raise ConfigError(f"config: experiments.frontier.method_seeds: no method runs at seed {w['seed']}, "
+                              f"so there is no {paths.FRONTIER_SEED.format(**w)} to build")
+        return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
+                "checkpoints": self._checkpoints({f: v for f, v in w.items() if f != "seed"}, runs, int(w["seed"]))}
+
     def arrival_codes_inputs(self, w: Any) -> dict:
         """An arrival experiment's quantizer job: the embeddings, splits and arrival manifest, and the
         checkpoints of its ``codes`` methods at the experiment's first seed."""
@@ -372,7 +390,11 @@ class Plan:
         if exp["study"] in OWN_JSON_STUDIES:
             own = [paths.STUDY_JSON[exp["study"]].format(dataset=ds, backbone=bb)
                    for bb in exp["backbones"] for ds in exp["datasets"]]
-            return {"results": own + ([paths.SYNTHETIC] if exp["study"] == "efficiency" else [])}
+            inputs = {"results": own + ([paths.SYNTHETIC] if exp["study"] == "efficiency" else [])}
+            if exp["study"] == "frontier" and self.frontier_seeds():  # the verdict's codes at the other seeds
+                inputs["repeats"] = [paths.FRONTIER_SEED.format(dataset=ds, backbone=bb, seed=s) for bb in exp["backbones"]
+                                     for ds in exp["datasets"] for s in self.frontier_seeds()]
+            return inputs
         runs = self.runs(name)
         inputs = {"results": [paths.EVAL_JSON.format(**r) for r in runs],
                   "per_query": [paths.PER_QUERY.format(**r) for r in runs],

@@ -48,15 +48,41 @@ def _subset(scores: Sequence[float], seen: Sequence[int] | None, subset: str) ->
     return [v for v, s in zip(scores, seen) if s == want]
 
 
+def code_key(row: Mapping) -> tuple:
+    """What names one code across seeds: method, dimension, active latents and encoding."""
+    return row["method"], row["dim"], row.get("active"), row["encoding"]
+
+
+def seed_scores(row: Mapping, repeats: Sequence[Sequence[Mapping]], metric: str) -> dict[int, list[float]]:
+    """The per-query ``metric`` of code ``row`` at its own seed and at each repeat (the rows of one
+    ``frontier_seed`` record each) that holds the same code (:func:`code_key`), by seed. A code that no
+    repeat holds (frozen's quantizer codes: no map to retrain; a method that ``method_seeds`` does not
+    repeat) keeps its one seed."""
+    out = {row["seed"]: list(row["per_query"][metric])}
+    for rep in repeats:
+        for x in rep:
+            if code_key(x) == code_key(row) and x["seed"] not in out:
+                out[x["seed"]] = list(x["per_query"][metric])
+    return out
+
+
+def _over_seeds(scores: Mapping[int, Sequence[float]]) -> list[float]:
+    return [sum(v) / len(v) for v in zip(*scores.values())]
+
+
 def verdict(rows: Sequence[Mapping], seen: Sequence[int] | None, budgets: Sequence[int] = BUDGETS,
-            metric: str = "ndcg@10") -> list[dict]:
+            metric: str = "ndcg@10", repeats: Sequence[Sequence[Mapping]] = ()) -> list[dict]:
     """At each budget: the best label-free and the best supervised code (:func:`family`) among the
     rows of at most that many bytes per vector that need nothing outside the index
-    (:func:`index_alone`), each the row of highest ``metric`` over all evaluated queries (picked on
-    the test queries themselves: the p is optimistic), then on every subset of :data:`SUBSETS`
-    (``seen``: per query of the record's ``query_ids``, 1 if a relevant document is a training
-    positive) their means, the difference supervised - label-free and the two-sided paired
-    randomization test's p. A budget without a code of each family has no entry."""
+    (:func:`index_alone`), each the row of highest ``metric`` over all evaluated queries at the rows'
+    seed (picked on the test queries themselves: the p is optimistic), then on every subset of
+    :data:`SUBSETS` (``seen``: per query of the record's ``query_ids``, 1 if a relevant document is a
+    training positive) their means, the difference supervised - label-free and the two-sided paired
+    randomization test's p. ``repeats``: the rows of the same frontier at other seeds
+    (``frontier_seed`` records); a picked code they hold is scored per query as its mean over its
+    seeds (:func:`seed_scores`), and ``diff_by_seed`` holds the difference at each seed of the
+    supervised code (against the label-free code at that seed, or its mean where it has no such
+    seed). A budget without a code of each family has no entry."""
     out = []
     for b in budgets:
         best = {}
@@ -67,17 +93,24 @@ def verdict(rows: Sequence[Mapping], seen: Sequence[int] | None, budgets: Sequen
         if len(best) < 2:
             continue
         lf, sup = best["label-free"], best["supervised"]
+        lf_seeds, sup_seeds = seed_scores(lf, repeats, metric), seed_scores(sup, repeats, metric)
+        lf_mean, sup_mean = _over_seeds(lf_seeds), _over_seeds(sup_seeds)
         for sub in SUBSETS:
-            a = _subset(sup["per_query"][metric], seen, sub)
-            c = _subset(lf["per_query"][metric], seen, sub)
+            a = _subset(sup_mean, seen, sub)
+            c = _subset(lf_mean, seen, sub)
             if len(a) != len(c):
                 raise ValueError(f"frontier rows {code_label(sup)} and {code_label(lf)} hold {len(a)} and {len(c)} "
                                  "per-query scores: not the same queries")
             if not a:
                 continue
+            by_seed = {}
+            for s, v in sup_seeds.items():
+                a_s, c_s = _subset(v, seen, sub), _subset(lf_seeds.get(s, lf_mean), seen, sub)
+                by_seed[s] = sum(a_s) / len(a_s) - sum(c_s) / len(c_s)
             out.append({"budget": b, "subset": sub, "n_queries": len(a), "label_free": lf, "supervised": sup,
+                        "label_free_seeds": sorted(lf_seeds), "supervised_seeds": sorted(sup_seeds),
                         "label_free_mean": sum(c) / len(c), "supervised_mean": sum(a) / len(a),
-                        "mean_diff": sum(a) / len(a) - sum(c) / len(c),
+                        "mean_diff": sum(a) / len(a) - sum(c) / len(c), "diff_by_seed": by_seed,
                         "p_value": report.paired_randomization(a, c)})
     return out
 
@@ -85,6 +118,15 @@ def verdict(rows: Sequence[Mapping], seen: Sequence[int] | None, budgets: Sequen
 def verdict_markdown(entries: Sequence[Mapping], title: str) -> list[str]:
     if not entries:
         return []
+    pick_seed = entries[0]["supervised"]["seed"]
+    repeated = any(len(e["supervised_seeds"]) > 1 or len(e["label_free_seeds"]) > 1 for e in entries)
+    seeds_text = (f"Each code is picked at seed {pick_seed}; a picked code of a method that the frontier's "
+                  "`method_seeds` runs again is then scored at each of its seeds (`seeds`), its per-query "
+                  "nDCG@10 averaged over them before the test, and Δ by seed lists the difference at each "
+                  "seed of the supervised map (against the label-free code at the same seed, or its mean where "
+                  "it has one seed: frozen's codes have no map to retrain, and the quantizers' k-means seed is "
+                  "fixed). " if repeated else
+                  f"One seed ({pick_seed}) of each trained map (the frontier's `method_seeds` repeats none). ")
     lines = ["", f"#### {title}: the best label-free and the best supervised code at each budget", "",
              "At each budget (bytes per vector): among the codes of at most that many bytes that need nothing "
              "outside the index (no re-scoring), the label-free code (no relevance judgment: frozen, truncate, "
@@ -93,17 +135,18 @@ def verdict_markdown(entries: Sequence[Mapping], title: str) -> list[str]:
              "supervised - label-free and the two-sided paired randomization test (10,000 sign flips) over "
              "per-query nDCG@10. **The pick is made on the test queries themselves** (the frontier evaluates "
              "no validation run), so each p is optimistic: read a small p as the size of a gap between the "
-             "best codes, not as a pre-registered test. One seed of each trained map (the frontier's "
-             "`seeds`: three would triple the job, see docs/protocol.md#efficiency-and-quality-per-byte). "
+             "best codes, not as a pre-registered test. " + seeds_text +
              "`seen`: test queries with a relevant document among the training positives; `unseen`: none.",
-             "", "| budget B | queries | n | label-free code | B | nDCG@10 | supervised code | B | nDCG@10 | Δ | p |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "", "| budget B | queries | n | label-free code | B | seeds | nDCG@10 | supervised code | B | seeds | "
+                 "nDCG@10 | Δ | Δ by seed | p |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         lf, sup = e["label_free"], e["supervised"]
+        by_seed = " / ".join(f"{e['diff_by_seed'][s]:+.4f}" for s in sorted(e["diff_by_seed"]))
         lines.append(f"| {e['budget']} | {e['subset']} | {e['n_queries']} | {code_label(lf)} | "
-                     f"{lf['bytes_per_vector']} | {e['label_free_mean']:.4f} | {code_label(sup)} | "
-                     f"{sup['bytes_per_vector']} | {e['supervised_mean']:.4f} | {e['mean_diff']:+.4f} | "
-                     f"{e['p_value']:.4f} |")
+                     f"{lf['bytes_per_vector']} | {len(e['label_free_seeds'])} | {e['label_free_mean']:.4f} | "
+                     f"{code_label(sup)} | {sup['bytes_per_vector']} | {len(e['supervised_seeds'])} | "
+                     f"{e['supervised_mean']:.4f} | {e['mean_diff']:+.4f} | {by_seed} | {e['p_value']:.4f} |")
     return lines
 
 
@@ -271,7 +314,20 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         where = f"{r['dataset']} ({r['backbone']})"
         lines += quantizer_markdown(r["rows"], where, r.get("quantizers"))
         if any(x.get("supervised") is not None for x in r["rows"]):
-            lines += verdict_markdown(verdict(r["rows"], r.get("seen")), where)
+            reps = []
+            for x in ctx.repeats:
+                if (x["dataset"], x["backbone"]) != (r["dataset"], r["backbone"]):
+                    continue
+                if x["query_ids"] != r["query_ids"]:
+                    raise ValueError(f"{where}: a frontier_seed record scores other test queries than the frontier's; "
+                                     "rerun rule frontier_seed")
+                if any(y["seed"] == r["rows"][0]["seed"] for y in x["rows"]):
+                    raise ValueError(f"{where}: a frontier_seed record at seed {r['rows'][0]['seed']}, the frontier's own")
+                reps.append(x["rows"])
+                rows += [{"dataset": r["dataset"], "backbone": r["backbone"], **{f: v for f, v in y.items()
+                                                                                 if f not in ("per_query", "pareto")}}
+                         for y in x["rows"]]
+            lines += verdict_markdown(verdict(r["rows"], r.get("seen"), repeats=reps), where)
         small = [x for x in r["rows"] if x["bytes_per_vector"] <= 64]
         best = max(small, key=lambda x: x["ndcg@10"], default=None)
         alone = max((x for x in small if index_alone(x)), key=lambda x: x["ndcg@10"], default=None)

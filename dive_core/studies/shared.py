@@ -41,6 +41,7 @@ class StudyContext:
     train_logs: dict[tuple, str] = field(default_factory=dict)
     arrival: dict[str, dict] = field(default_factory=dict)  # arrival: dataset -> its arrival manifest
     codes: list[dict] = field(default_factory=list)  # arrival: its arrival_codes records (index quantizers)
+    repeats: list[dict] = field(default_factory=list)  # frontier: its frontier_seed records (other seeds)
 
 
 @dataclass
