@@ -132,8 +132,12 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
     figs = _capture_figures(monkeypatch)
     out = efficiency_study(eff, ctx(["dive"], ["scifact", "nfcorpus"]))
     out.figure("unused.png")
-    labels = [t.get_text() for t in figs[0].axes[0].get_xticklabels()]
-    assert labels == ["scifact\nfrozen\n384d", "scifact\ndive\n64d", "nfcorpus\nfrozen\n384d", "nfcorpus\ndive\n64d"]
+    # one row of two panels per dataset, each titled with it, one labelled bar per index (frozen on top)
+    axes = figs[0].axes
+    assert [ax.get_title().split(" (")[0] for ax in axes] == ["scifact", "scifact", "nfcorpus", "nfcorpus"]
+    ticks = {t.get_text(): y for t, y in zip(axes[2].get_yticklabels(), axes[2].get_yticks())}
+    assert list(ticks) == ["frozen 384d", "dive 64d"] and ticks["frozen 384d"] > ticks["dive 64d"]  # frozen on top
+    assert [p.get_width() for p in axes[3].patches] == [100.0, 100.0] and axes[0].get_xscale() == "log"
 
     def row(method, b, v, pareto, enc="float32"):
         return {"method": method, "dim": b, "encoding": enc, "bytes_per_vector": b, "ndcg@10": v,

@@ -88,37 +88,51 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
                  "index's size again and again, as the repeated searches do.")
 
     def figure(path):
+        """One row per dataset: latency and throughput of each index as horizontal bars on log axes
+        (an index quantizer's scan and a flat one differ by 100x), labelled by index; the synthetic
+        scaling in a row of its own."""
         plt = pyplot()
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), dpi=120)
-        many = len(real) > 1  # one group of bars per dataset, each labelled with its dataset
-        for i, r in enumerate(real):
-            xs = [(f"{r['dataset']}\n" if many else "") + index_label(x).replace(" ", "\n", 1) for x in r["indexes"]]
-            color = plt.get_cmap("tab10").colors[i % 10] if many else "tab:blue"
-            for ax, key, plain in ((axes[0], "latency_ms_median", color), (axes[1], "throughput_qps",
-                                                                             color if many else "tab:green")):
-                for xl, x in zip(xs, r["indexes"]):  # frozen (uncompressed) as in every study figure
-                    ax.bar(xl, x[key], **(REFERENCE_STYLE if x["method"] == "frozen"
-                                          else dict(color=plain, edgecolor="0.3", linewidth=0.8)))
-            axes[0].scatter(xs, [x["lower_bound_ms"] for x in r["indexes"]], color="black", marker="_", s=600,
-                            zorder=3, label="DRAM bandwidth bound" if i == 0 else None)
-        if real:
-            where = "" if many else f"{real[0]['dataset']}: "
-            axes[0].set_ylabel("single-query latency (ms)")
-            axes[0].set_title(f"{where}latency", fontsize=10)
-            from matplotlib.patches import Patch
+        n_bars = max((len(r["indexes"]) for r in real), default=0)
+        heights = [max(2.6, 0.32 * n_bars + 1.0)] * len(real) + ([4.4] if syn else [])
+        fig, axes = plt.subplots(len(heights) or 1, 2, figsize=(15, sum(heights) or 4.4), dpi=120, squeeze=False,
+                                 gridspec_kw={"height_ratios": heights or [1]})
+        ref = {("facecolor" if k == "color" else k): v for k, v in REFERENCE_STYLE.items()}
+        for row, r in zip(axes, real):
+            labels = [index_label(x) for x in r["indexes"]]
+            ys = list(range(len(labels)))[::-1]  # the first index (frozen, uncompressed) on top
+            for ax, key, color, title, unit in (
+                    (row[0], "latency_ms_median", "tab:blue", "single-query latency", "ms"),
+                    (row[1], "throughput_qps", "tab:green", "batched throughput", "queries/s")):
+                for y, x in zip(ys, r["indexes"]):  # frozen (uncompressed) as in every study figure
+                    ax.barh(y, x[key], height=0.7, **(REFERENCE_STYLE if x["method"] == "frozen"
+                                                      else dict(color=color, edgecolor="0.3", linewidth=0.8)))
+                    ax.annotate(f"{x[key]:.3g}" if unit == "ms" else f"{x[key]:,.0f}", (x[key], y), xytext=(3, 0),
+                                textcoords="offset points", va="center", fontsize=7)
+                ax.set_yticks(ys, labels, fontsize=8)
+                ax.set_xscale("log")
+                ax.set_xlabel(f"{title} ({unit}, log scale; median of {r['indexes'][0]['repeats']} repetitions)")
+                ax.set_title(f"{r['dataset']} ({r['backbone']}, {r['indexes'][0]['n_docs']:,} documents): {title}",
+                             fontsize=10)
+                ax.margins(x=0.15)
+            row[0].scatter([x["lower_bound_ms"] for x in r["indexes"]], ys, color="black", marker="|", s=250,
+                           zorder=3, label="DRAM bandwidth bound (index bytes / bandwidth)")
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
 
-            handles, _ = axes[0].get_legend_handles_labels()
-            ref = {("facecolor" if k == "color" else k): v for k, v in REFERENCE_STYLE.items()}
-            axes[0].legend(handles=[Patch(**ref, label="measured median: frozen (uncompressed)"),
-                                    Patch(facecolor="tab:blue" if not many else "0.5", edgecolor="0.3",
-                                          label="measured median: compressed"), *handles], fontsize=8)
-            axes[1].set_ylabel("batched throughput (queries/s)")
-            axes[1].set_title(f"{where}throughput", fontsize=10)
-            if many:
-                for ax in axes[:2]:
-                    ax.tick_params(axis="x", labelsize=7)
+        bars = [Patch(**ref, label="frozen (uncompressed)"),
+                Patch(facecolor="tab:blue", edgecolor="0.3", label="compressed or quantized: latency"),
+                Patch(facecolor="tab:green", edgecolor="0.3", label="compressed or quantized: throughput"),
+                Line2D([], [], color="black", marker="|", linestyle="", markersize=12,
+                       label="DRAM bandwidth bound (index bytes / bandwidth)")]
+        if real and syn:  # the synthetic row's right-hand place holds both legends
+            host = axes[-1][1]
+            host.axis("off")
+            host.add_artist(host.legend(handles=bars, loc="upper left", fontsize=8, title="bars (rows above)",
+                                        title_fontsize=8))
+        elif real:
+            fig.legend(handles=bars, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.02))
         for r in syn:
-            ax = axes[2]
+            ax = axes[-1][0]
             for d in sorted({x["dim"] for x in r["indexes"]}, reverse=True):
                 for enc in dict.fromkeys(x["encoding"] for x in r["indexes"] if x["dim"] == d):
                     pts = sorted((x["n_docs"], x["latency_ms_median"]) for x in r["indexes"]
@@ -131,8 +145,12 @@ def efficiency_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutp
             ax.set_xlabel("documents")
             ax.set_ylabel("single-query latency (ms)")
             ax.set_title("synthetic: latency vs corpus size", fontsize=10)
-            ax.legend(fontsize=8, ncol=2)
-        for ax in axes:
+            lines_, labels_ = ax.get_legend_handles_labels()
+            host = axes[-1][1]
+            host.axis("off")
+            host.legend(lines_, labels_, fontsize=8, ncol=2, loc="lower left", title="synthetic (left)",
+                        title_fontsize=8)
+        for ax in axes.flat:
             ax.grid(alpha=0.3)
         suptitle(fig, ctx.title)
         save(fig, path)
