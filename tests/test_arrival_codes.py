@@ -114,6 +114,33 @@ def test_each_row_is_tested_against_frozen_pq_of_its_bytes_or_the_autoencoder_by
         code_rows(bad)
 
 
+def test_the_code_panels_plot_each_code_against_its_bytes_per_stratum():
+    """The figure's code panels: one point per code at (bytes, stratum mean), marker by encoding, and
+    each method's best code of at most those bytes as a step line: on `new` (c, d) frozen's codes at
+    16 B score 0.25 (pq16) and 0.15 (pq32x4), its envelope 0.25 at 16 B then 0.5 (rabitq) at 56 B."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dive_core.studies.arrival_codes import codes_legend, codes_panels
+
+    rows = code_rows(_record())
+    colors = {"frozen": "0.35", "autoencoder-arrival": "#2ca02c", "dive-arrival": "#e377c2"}
+    fig, axes = plt.subplots(1, 2)
+    codes_panels(axes, rows, colors, "scifact")
+    known, new = axes
+    assert known.get_title().endswith("known documents' queries (n=2)") and new.get_xscale() == "log"
+    points = sorted(tuple(np.round(c.get_offsets()[0], 4)) for c in new.collections)
+    assert points == sorted([(16, 0.25), (16, 0.15), (56, 0.5), (256, 0.3), (16, 0.05)])
+    frozen = next(l for l in new.get_lines() if l.get_color() == "0.35")
+    assert list(frozen.get_xdata()) == [16, 56, 256] and list(frozen.get_ydata()) == pytest.approx([0.25, 0.5, 0.5])
+    labels = [h.get_label() for h in codes_legend(rows, colors)]
+    assert labels[:3] == ["frozen (best code per byte)", "autoencoder-arrival (best code per byte)",
+                          "dive-arrival (best code per byte)"] and {"pq", "rabitq", "float32"} <= set(labels)
+    plt.close(fig)
+
+
 def test_the_plan_names_the_job_and_the_table_reads_its_records():
     """config.yaml's arrival_codes experiment: codes of frozen and of the arrival-fitted autoencoder, MRL
     and DIVE at seed 2027, 64d (frozen: 384d); its table declares one record per dataset; the arrival

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 from .. import paths, records, report
 from ..evaluation import read_per_query, stratum_means
 from ..splits import STRATA
-from .arrival_codes import COLUMNS, METRIC, codes_markdown
+from .arrival_codes import COLUMNS, METRIC, code_rows, codes_legend, codes_markdown, codes_panels
 from .shared import (
     REFERENCE_STYLE, StudyContext, StudyOutput, cell, column_label, method_colors, opening_lines, pyplot, save,
     study_backbones, suptitle,
@@ -233,11 +233,28 @@ def arrival_figure(path, summary: Mapping, ctx: StudyContext, backbones: Sequenc
              for me in methods}
     colors = method_colors({me: t for me, t in types.items() if t != REFERENCE})
     n_m = max(1, len(methods))
-    # side by side while a panel is narrow; one above the other when many methods make it wide
-    ncols = min(2 if n_m * len(STRATA) <= 18 else 1, max(1, len(panels)))
+    codes = {(r["backbone"], r["dataset"]): code_rows(r) for r in ctx.codes}
+    # side by side while a panel is narrow; one above the other when many methods make it wide; with
+    # the index quantizers' codes: a row per panel, its codes on known and on new documents beside it
+    ncols = min(2 if n_m * len(STRATA) <= 18 else 1, max(1, len(panels))) if not codes else 1
     nrows = max(1, math.ceil(len(panels) / ncols))
     panel_w = max(6.5, 0.3 * n_m * len(STRATA) + 1.5)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_w * ncols, 4.4 * nrows), dpi=120, squeeze=False)
+    fig, grid = plt.subplots(nrows, ncols + (2 if codes else 0), figsize=(panel_w * ncols + 13 * bool(codes),
+                             4.4 * nrows), dpi=120, squeeze=False)
+    axes = grid[:, :ncols]
+    if codes:
+        every = [r for rows in codes.values() for r in rows]
+        code_colors = {me: "0.35" if types[me] == REFERENCE else colors[me] for me in methods}
+        for m in {r["method"] for r in every}:
+            code_colors.setdefault(m, "0.35")  # a coded method the bars leave out
+        for row, (bb, ds) in zip(grid, panels):
+            if codes.get((bb, ds)):
+                codes_panels(row[ncols:], codes[(bb, ds)], code_colors, column_label(ds, bb, len(backbones) > 1))
+            else:
+                for ax in row[ncols:]:
+                    ax.axis("off")
+        grid[0, -1].legend(handles=codes_legend(every, code_colors),
+                           fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     width = 0.8 / n_m
     legend: dict[str, object] = {}
     top = 0.1  # one y scale for every panel: bars of two datasets compare at a glance

@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 
 from .. import report
 from ..splits import STRATA
-from .frontier import BUDGETS  # bytes per vector the Markdown table shows (the TSV: every row)
+from .frontier import BUDGETS, MARKERS, best_curve, marker, marker_key  # BUDGETS: the Markdown table's bytes
 from .shared import StudyContext, cell, column_label
 
 METRIC = "ndcg@10"
@@ -125,3 +125,43 @@ def codes_markdown(recs: Sequence[Mapping], ctx: StudyContext, backbones: Sequen
         f"float32 output) and the paired randomization test's p (10,000 sign flips). Rows at {', '.join(map(str, BUDGETS))} "
         "bytes; every code is in the TSV.")
     return lines, all_rows
+
+
+CODE_PANELS = ("known", "new")  # the strata the figure plots against bytes (the TSV holds every column)
+
+
+def codes_panels(axes: Sequence, rows: Sequence[Mapping], colors: Mapping[str, str], title: str) -> None:
+    """Two panels (``axes``: one per :data:`CODE_PANELS` stratum) of one record's :func:`code_rows`:
+    nDCG@10 against bytes per vector (log axis), one point per code, marker by encoding, colour by
+    method, and each method's upper envelope (its best code of at most those bytes) as a step line."""
+    for ax, st in zip(axes, CODE_PANELS):
+        n = rows[0][f"{st}_n"] if rows else 0
+        for method in dict.fromkeys(r["method"] for r in rows):
+            mine = [r for r in rows if r["method"] == method and not math.isnan(r[st])]
+            for r in mine:
+                ax.scatter(r["bytes_per_vector"], r[st], marker=marker(r["encoding"]), s=36, color=colors[method],
+                           zorder=3)
+            pts = best_curve(mine, st)
+            if pts:
+                right = max(r["bytes_per_vector"] for r in rows)
+                ax.step([b for b, _ in pts] + [right], [v for _, v in pts] + [pts[-1][1]], where="post",
+                        color=colors[method], linewidth=1.2, alpha=0.8)
+        for b in BUDGETS:
+            ax.axvline(b, color="0.85", linewidth=0.8, zorder=0)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes per vector (log scale)")
+        ax.set_ylabel("nDCG@10")
+        ax.grid(alpha=0.3)
+        ax.set_title(f"{title}: codes fitted on the known documents, {st} documents' queries (n={n})", fontsize=9)
+
+
+def codes_legend(rows: Sequence[Mapping], colors: Mapping[str, str]) -> list:
+    """Legend handles of :func:`codes_panels`: each method's colour, each encoding's marker."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colors[m], marker="o", linestyle="-", label=f"{m} (best code per byte)")
+               for m in dict.fromkeys(r["method"] for r in rows)]
+    used = {marker_key(r["encoding"]) for r in rows}
+    handles += [Line2D([], [], color="black", marker=mk, linestyle="", label=e) for e, mk in MARKERS.items()
+                if e in used]
+    return handles
