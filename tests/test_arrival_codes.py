@@ -108,6 +108,15 @@ def test_each_row_is_tested_against_frozen_pq_of_its_bytes_or_the_autoencoder_by
     table = "\n".join(lines)
     assert "| dive-arrival | 64 | pq16 | 16 | 40 | frozen 64d pq16 | 0.4500 (+0.1000, p " in table
     assert "rabitq" not in table and len(tsv) == 5  # 56 bytes is no budget of the page; the TSV has it
+    # frozen pq32x4 against frozen pq16 (same 16 B): new (c, d) 0.15 - 0.25 = -0.10, p of two equal signs 0.5
+    assert ("Fewer bits per sub-quantizer against 8 bits at the same bytes (the frozen vectors' codes, one seed, "
+            "p < 0.05): above on new documents' queries: none; below: none.") in table
+    rec2 = copy.deepcopy(rec)
+    rec2["rows"][1]["per_query"]["ndcg@10"] = [0.6, 0.4, 0.9, 0.8]  # pq32x4: new +0.60 over pq16 on c and d
+    rows2 = code_rows(rec2)
+    rows2[1]["new_p"] = 0.01  # two queries cannot reach p < 0.05: the sentence's test, not the sign flips
+    from dive_core.studies.arrival_codes import fewer_bits_lines
+    assert "above on new documents' queries: pq32x4 (16 B, +0.6000, p 0.0100); below: none" in fewer_bits_lines(rows2)[1]
     bad = copy.deepcopy(rec)
     bad["strata"]["new"] = ["c", "z"]
     with pytest.raises(ValueError, match=r"stratum queries \['z'\] are not among the record's test queries"):

@@ -80,6 +80,29 @@ def code_rows(rec: Mapping) -> list[dict]:
     return out
 
 
+_FEWER = re.compile(r"^pq[0-9]+x[0-9]+$")  # PQ of fewer than 8 bits per sub-quantizer
+
+
+def fewer_bits_lines(rows: Sequence[Mapping]) -> list[str]:
+    """Where fewer bits per sub-quantizer keep more: each of the frozen vectors' ``pq<M>x<b>`` codes
+    against their 8-bit PQ of the same bytes (its comparator, :func:`comparator`), on the new and the
+    known documents' queries, those with p < 0.05 named as above or below it."""
+    pairs = [r for r in rows if r["method_type"] == "frozen" and _FEWER.match(r["encoding"]) and r["vs"]
+             and r["new_n"] and not math.isnan(r["new_diff"])]
+    if not pairs:
+        return []
+
+    def said(st: str, sign: int) -> str:
+        hits = [f"{r['encoding']} ({r['bytes_per_vector']} B, {r[f'{st}_diff']:+.4f}, p {r[f'{st}_p']:.4f})"
+                for r in sorted(pairs, key=lambda r: r["bytes_per_vector"])
+                if r[f"{st}_p"] < 0.05 and sign * r[f"{st}_diff"] > 0]
+        return ", ".join(hits) or "none"
+
+    return ["", "Fewer bits per sub-quantizer against 8 bits at the same bytes (the frozen vectors' codes, one "
+                f"seed, p < 0.05): above on new documents' queries: {said('new', 1)}; below: {said('new', -1)}. "
+                f"On known documents' queries above: {said('known', 1)}; below: {said('known', -1)}."]
+
+
 def _cell(r: Mapping, c: str) -> str:
     if r[f"{c}_n"] == 0:
         return "– (n=0)"
@@ -112,6 +135,7 @@ def codes_markdown(recs: Sequence[Mapping], ctx: StudyContext, backbones: Sequen
                 fitted = "–" if r["train_rows"] is None else str(r["train_rows"])
                 lines.append(f"| {r['method']} | {r['dim']} | {r['encoding']} | {r['bytes_per_vector']} | {fitted} | "
                              f"{r['vs'] or '–'} | " + " | ".join(_cell(r, c) for c in COLUMNS) + " |")
+            lines += fewer_bits_lines(rows)
             for s in rec.get("skipped") or []:
                 lines.append(f"\n{s['method']} {s['dim']}d {s['encoding']}: not fitted ({s['centroids']} centroids per "
                              f"sub-quantizer, {s['known_docs']} known documents).")
