@@ -117,6 +117,9 @@ def test_each_row_is_tested_against_frozen_pq_of_its_bytes_or_the_autoencoder_by
     rows2[1]["new_p"] = 0.01  # two queries cannot reach p < 0.05: the sentence's test, not the sign flips
     from dive_core.studies.arrival_codes import fewer_bits_lines
     assert "above on new documents' queries: pq32x4 (16 B, +0.6000, p 0.0100); below: none" in fewer_bits_lines(rows2)[1]
+    rows2[1]["vs_encoding"] = "float32"  # no 8-bit PQ of its bytes: not in the sentence
+    rows2[1]["vs"] = "autoencoder-arrival 64d float32"
+    assert fewer_bits_lines(rows2) == []
     bad = copy.deepcopy(rec)
     bad["strata"]["new"] = ["c", "z"]
     with pytest.raises(ValueError, match=r"stratum queries \['z'\] are not among the record's test queries"):

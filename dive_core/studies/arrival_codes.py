@@ -65,7 +65,7 @@ def code_rows(rec: Mapping) -> list[dict]:
                "method_type": r["method_type"], "supervised": bool(r.get("supervised")), "dim": r["dim"],
                "encoding": r["encoding"], "bytes_per_vector": r["bytes_per_vector"], "train_rows": r["train_rows"],
                "codebook_bytes": r["codebook_bytes"], "fit_seconds": r["fit_seconds"],
-               "vs": _label(vs) if vs is not None else ""}
+               "vs": _label(vs) if vs is not None else "", "vs_encoding": vs["encoding"] if vs is not None else ""}
         for c, qids in groups.items():
             a = [pq[pos[q]] for q in qids]
             row[f"{c}_n"] = len(qids)
@@ -85,10 +85,11 @@ _FEWER = re.compile(r"^pq[0-9]+x[0-9]+$")  # PQ of fewer than 8 bits per sub-qua
 
 def fewer_bits_lines(rows: Sequence[Mapping]) -> list[str]:
     """Where fewer bits per sub-quantizer keep more: each of the frozen vectors' ``pq<M>x<b>`` codes
-    against their 8-bit PQ of the same bytes (its comparator, :func:`comparator`), on the new and the
-    known documents' queries, those with p < 0.05 named as above or below it."""
-    pairs = [r for r in rows if r["method_type"] == "frozen" and _FEWER.match(r["encoding"]) and r["vs"]
-             and r["new_n"] and not math.isnan(r["new_diff"])]
+    against their 8-bit PQ of the same bytes (its comparator, :func:`comparator`; a code of bytes no
+    8-bit PQ has is left out), on the new and the known documents' queries, those with p < 0.05
+    named as above or below it."""
+    pairs = [r for r in rows if r["method_type"] == "frozen" and _FEWER.match(r["encoding"])
+             and _PQ8.match(r["vs_encoding"]) and r["new_n"] and not math.isnan(r["new_diff"])]
     if not pairs:
         return []
 
