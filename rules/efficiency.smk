@@ -102,7 +102,9 @@ rule frontier_seed:
         runs=lambda wc: PLAN.frontier_seed_runs(wc.backbone, int(wc.seed)),
         top_k=PLAN.setting("evaluation", "top_k"),
         quantizers=PLAN.setting("quantizers"),
-        quantized=lambda wc: PLAN.frontier_quantized(wc.backbone),
+        # its own runs' share: another frontier method does not rerun it
+        quantized=lambda wc: [r for r in PLAN.frontier_quantized(wc.backbone)
+                              if r in PLAN.frontier_seed_runs(wc.backbone, int(wc.seed))],
     script:
         "../workflow_scripts/frontier.py"
 

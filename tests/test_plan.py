@@ -178,6 +178,15 @@ def test_the_frontier_repeats_the_verdicts_methods_at_their_other_seeds():
     assert plan.frontier_seeds(expanded(narrowed)) == [2028]
     assert plan.frontier_seed_runs(expanded(narrowed), "minilm", 2028) == [("mrl", 64), ("mrl", 96)]
     resolved(narrowed)  # dive-pca and the autoencoder's repeats are left out, not refused
+    inherited = copy.deepcopy(CONFIG)  # the frontier's seeds left to the top-level ones: checked the same
+    del inherited["experiments"]["frontier"]["seeds"]
+    resolved(inherited)
+    frozen = copy.deepcopy(CONFIG)
+    frozen["experiments"]["frontier"]["method_seeds"]["frozen"] = [2027, 2028]
+    with pytest.raises(dcfg.ConfigError, match="method_seeds.frozen: 'frozen' has no map to retrain"):
+        resolved(frozen)
+    narrowed["experiments"]["frontier"]["method_seeds"]["dive-pca"] = [2028]  # left out: not checked
+    resolved(narrowed)
     bad = copy.deepcopy(CONFIG)
     bad["experiments"]["frontier"]["method_seeds"]["mrl"] = [2028, 2029]
     with pytest.raises(dcfg.ConfigError, match=r"experiments.frontier.method_seeds.mrl = \[2028, 2029\]: the frontier "

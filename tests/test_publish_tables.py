@@ -279,6 +279,15 @@ def test_the_efficiency_and_frontier_tables_read_their_own_records(repo):
     assert fields["machine"].startswith("2 values: AMD EPYC") and "Intel" in fields["machine"]
     fields = published(repo, "frontier")
     assert fields["runs"].startswith("1, ") and fields["machine"].startswith("Intel")
+    # a frontier_seed record's rows (`repeat`) count as its own run, read from its own record
+    (tables / "frontier_runs.tsv").write_text("dataset\tbackbone\tmethod\tencoding\tseed\trepeat\n"
+                                              "scifact\tminilm\tdive\tpq8\t2027\t\n"
+                                              "scifact\tminilm\tmrl\tpq8\t2028\tTrue\n", encoding="utf-8")
+    (repo / "results" / "frontier" / "scifact" / "minilm").mkdir()
+    (repo / "results" / "frontier" / "scifact" / "minilm" / "seed2028.json").write_text(
+        json.dumps(synthetic), encoding="utf-8")  # run on the EPYC
+    fields = published(repo, "frontier")
+    assert fields["runs"].startswith("2, ") and fields["machine"].startswith("2 values: AMD EPYC")
 
 
 @pytest.mark.parametrize("remove, why", [("results/tables/main_runs.tsv", "no per-run list for table 'main'"),

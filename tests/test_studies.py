@@ -234,7 +234,7 @@ def test_frontier_verdict_picks_the_best_label_free_and_supervised_code_at_each_
                            "quantizers": grid}], ctx(["frozen", "pca", "mrl", "dive"], ["scifact"]))
     assert "the secondary dimension's vectors are not quantized" in out.markdown
     assert "after OPQ's rotation (10 iterations)" in out.markdown
-    assert f"| 8 | all | 4 | pca 64d pq8 | 8 | 1 | 0.5000 | mrl 64d pq8 | 8 | 1 | 0.7500 | +0.2500 | +0.2500 | {p8:.4f} |" in out.markdown
+    assert f"| 8 | all | 4 | pca 64d pq8 | 8 | 1 | 0.5000 | mrl 64d pq8 | 8 | 1 | 0.7500 | +0.2500 | 2027 +0.2500 | {p8:.4f} |" in out.markdown
     assert "The pick is made on the test queries themselves" in out.markdown
     assert "| pca | 64 | 0.5000 |" in out.markdown and "| pq8 (8 B) |" in out.markdown  # the quantizer matrix
     assert "| 8 | pca | 64 | pq8 |" not in out.markdown  # quantizer rows: in the matrix and the TSV, not the grid
@@ -278,7 +278,8 @@ def test_frontier_verdict_scores_its_picked_codes_over_the_repeated_seeds():
     assert e64["mean_diff"] == pytest.approx(0.25) and e64["diff_by_seed"] == pytest.approx({2027: 0.3, 2028: 0.2})
     assert abs(e64["p_value"] - 0.125) < 0.02
     md = "\n".join(frontier.verdict_markdown(list(entries.values()), "scifact (minilm)"))
-    assert "| 8 | all | 4 | pca 64d pq8 | 8 | 1 | 0.5000 | mrl 64d pq8 | 8 | 2 | 0.6250 | +0.1250 | +0.2500 / +0.0000 |" in md
+    assert ("| 8 | all | 4 | pca 64d pq8 | 8 | 1 | 0.5000 | mrl 64d pq8 | 8 | 2 | 0.6250 | +0.1250 | "
+            "2027 +0.2500 / 2028 +0.0000 |") in md
     assert "Each code is picked at seed 2027" in md
     one = "\n".join(frontier.verdict_markdown(frontier.verdict(rows, seen), "scifact (minilm)"))
     assert "One seed (2027) of each trained map" in one
@@ -290,7 +291,17 @@ def test_frontier_verdict_scores_its_picked_codes_over_the_repeated_seeds():
     c = ctx(["frozen", "pca", "mrl", "dive"], ["scifact"])
     c.repeats = [rep]
     out = frontier_study([rec], c)
-    assert "+0.2500 / +0.0000" in out.markdown and {r["seed"] for r in out.rows} == {2027, 2028}
+    assert "2027 +0.2500 / 2028 +0.0000" in out.markdown and {r["seed"] for r in out.rows} == {2027, 2028}
+    assert [r.get("repeat") for r in out.rows if r["seed"] == 2028] == [True] * 3  # publish_tables reads it
+    # the label-free pick repeated, the supervised one not: each seed of either code, the other at its mean
+    lf_rows = [row("autoencoder", "pq8", 8, (0.6,) * 4, False), row("mrl", "pq8", 8, (1.0, 0.5, 1.0, 0.5), True)]
+    e = frontier.verdict(lf_rows, seen, budgets=(8,), repeats=[[row("autoencoder", "pq8", 8, (0.4,) * 4, False,
+                                                                    seed=2028)]])[0]
+    assert e["label_free_seeds"] == [2027, 2028] and e["mean_diff"] == pytest.approx(0.25)
+    assert e["diff_by_seed"] == pytest.approx({2027: 0.15, 2028: 0.35})  # 0.75 - 0.6, 0.75 - 0.4
+    # a repeat of MRL 64d that lacks the picked code is refused, naming it
+    with pytest.raises(ValueError, match="frontier_seed record of mrl 64d at seed 2028 lacks its code pq8"):
+        frontier.verdict(rows, seen, repeats=[[row("mrl", "sq8", 64, (0.5,) * 4, True, seed=2028)]])
     c.repeats = [{**rep, "query_ids": list("abce")}]
     with pytest.raises(ValueError, match="other test queries"):
         frontier_study([rec], c)

@@ -177,7 +177,13 @@ def test_efficiency_and_frontier_json(workdir):
     # per_query.tsv holds 6 decimals
     assert f32["per_query"]["ndcg@10"] == pytest.approx([per_query[q]["ndcg@10"] for q in front["query_ids"]],
                                                          abs=5e-7)
+    # config/test.yaml repeats MRL at 2028 (rule frontier_seed): its rows only, the same queries
+    again = json.loads((workdir / "results/frontier/generated-tiny/minilm/seed2028.json").read_text())
+    assert {(r["method"], r["seed"]) for r in again["rows"]} == {("mrl", 2028)}
+    assert again["query_ids"] == front["query_ids"]
+    assert {r["encoding"] for r in again["rows"]} == {r["encoding"] for r in rows if (r["method"], r["dim"]) == ("mrl", 64)}
     table = (workdir / "results/tables/frontier.md").read_text()
+    assert "Each code is picked at seed 2027" in table or "repeats none of the picked codes" in table
     assert "each sparse code against the best dense row of no more bytes" in table
     assert "the best label-free and the best supervised code at each budget" in table
     assert "the index quantizers" in table and "| 8 | unseen |" in table

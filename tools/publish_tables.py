@@ -133,8 +133,10 @@ def record_paths(results: Path, name: str) -> list[Path]:
     elif "latency_ms_median" in columns:  # the efficiency study: one index per row, from its records
         paths = [PATHS.SYNTHETIC if r["dataset"] == "synthetic" else
                  PATHS.EFFICIENCY.format(dataset=r["dataset"], backbone=r["backbone"]) for r in rows]
-    elif "encoding" in columns:  # the frontier study: one (method, dim, encoding) per row
-        paths = [PATHS.FRONTIER.format(dataset=r["dataset"], backbone=r["backbone"]) for r in rows]
+    elif "encoding" in columns:  # the frontier study: one (method, dim, encoding) per row, its repeats' too
+        paths = [PATHS.FRONTIER_SEED.format(dataset=r["dataset"], backbone=r["backbone"], seed=r["seed"])
+                 if r.get("repeat") == "True" else PATHS.FRONTIER.format(dataset=r["dataset"], backbone=r["backbone"])
+                 for r in rows]
     else:
         raise Refused(f"{listing}: neither runs ({', '.join(RUN_KEY)}) nor efficiency or frontier rows; "
                       f"cannot tell which records are behind the table")

@@ -95,8 +95,13 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
                 raise ConfigError(f"config: experiments.{ename}.method_seeds.{m}: {m!r} is not one of the "
                                   f"experiment's methods {exp.get('methods', [])}")
         if exp.get("study") == "frontier" and exp.get("method_seeds"):
-            first = (exp.get("seeds") or [None])[0]
+            first = experiment(config, ename)["seeds"][0]
             for m, seeds in exp["method_seeds"].items():
+                if m not in exp.get("methods", []):
+                    continue  # left out of this study: ignored
+                if method_type(config, m) == "frozen":
+                    raise ConfigError(f"config: experiments.{ename}.method_seeds.{m}: {m!r} has no map to retrain, "
+                                      "its codes are the same at every seed")
                 if first not in seeds:
                     raise ConfigError(f"config: experiments.{ename}.method_seeds.{m} = {seeds}: the frontier picks its "
                                       f"codes at seed {first} (the first of seeds), where every method runs; list it "

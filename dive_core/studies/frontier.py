@@ -57,12 +57,16 @@ def seed_scores(row: Mapping, repeats: Sequence[Sequence[Mapping]], metric: str)
     """The per-query ``metric`` of code ``row`` at its own seed and at each repeat (the rows of one
     ``frontier_seed`` record each) that holds the same code (:func:`code_key`), by seed. A code that no
     repeat holds (frozen's quantizer codes: no map to retrain; a method that ``method_seeds`` does not
-    repeat) keeps its one seed."""
+    repeat) keeps its one seed. A repeat that holds the code's method at its dimension but not the
+    code itself is refused: every encoding of a repeated map is scored at each of its seeds."""
     out = {row["seed"]: list(row["per_query"][metric])}
     for rep in repeats:
-        for x in rep:
-            if code_key(x) == code_key(row) and x["seed"] not in out:
-                out[x["seed"]] = list(x["per_query"][metric])
+        same = [x for x in rep if code_key(x) == code_key(row)]
+        if same and same[0]["seed"] not in out:
+            out[same[0]["seed"]] = list(same[0]["per_query"][metric])
+        elif not same and any((x["method"], x["dim"]) == (row["method"], row["dim"]) for x in rep):
+            raise ValueError(f"the frontier_seed record of {row['method']} {row['dim']}d at seed {rep[0]['seed']} "
+                             f"lacks its code {row['encoding']}: rerun rule frontier_seed")
     return out
 
 
@@ -80,9 +84,9 @@ def verdict(rows: Sequence[Mapping], seen: Sequence[int] | None, budgets: Sequen
     training positive) their means, the difference supervised - label-free and the two-sided paired
     randomization test's p. ``repeats``: the rows of the same frontier at other seeds
     (``frontier_seed`` records); a picked code they hold is scored per query as its mean over its
-    seeds (:func:`seed_scores`), and ``diff_by_seed`` holds the difference at each seed of the
-    supervised code (against the label-free code at that seed, or its mean where it has no such
-    seed). A budget without a code of each family has no entry."""
+    seeds (:func:`seed_scores`), and ``diff_by_seed`` holds the difference at each seed of either
+    code (each side at that seed, or its mean over its seeds where it has no such seed). A budget
+    without a code of each family has no entry."""
     out = []
     for b in budgets:
         best = {}
@@ -103,9 +107,10 @@ def verdict(rows: Sequence[Mapping], seen: Sequence[int] | None, budgets: Sequen
                                  "per-query scores: not the same queries")
             if not a:
                 continue
-            by_seed = {}
-            for s, v in sup_seeds.items():
-                a_s, c_s = _subset(v, seen, sub), _subset(lf_seeds.get(s, lf_mean), seen, sub)
+            by_seed = {}  # at each seed of either code: each side at that seed, or its mean over its seeds
+            for s in sorted(set(sup_seeds) | set(lf_seeds)):
+                a_s = _subset(sup_seeds.get(s, sup_mean), seen, sub)
+                c_s = _subset(lf_seeds.get(s, lf_mean), seen, sub)
                 by_seed[s] = sum(a_s) / len(a_s) - sum(c_s) / len(c_s)
             out.append({"budget": b, "subset": sub, "n_queries": len(a), "label_free": lf, "supervised": sup,
                         "label_free_seeds": sorted(lf_seeds), "supervised_seeds": sorted(sup_seeds),
@@ -122,11 +127,11 @@ def verdict_markdown(entries: Sequence[Mapping], title: str) -> list[str]:
     repeated = any(len(e["supervised_seeds"]) > 1 or len(e["label_free_seeds"]) > 1 for e in entries)
     seeds_text = (f"Each code is picked at seed {pick_seed}; a picked code of a method that the frontier's "
                   "`method_seeds` runs again is then scored at each of its seeds (`seeds`), its per-query "
-                  "nDCG@10 averaged over them before the test, and Δ by seed lists the difference at each "
-                  "seed of the supervised map (against the label-free code at the same seed, or its mean where "
-                  "it has one seed: frozen's codes have no map to retrain, and the quantizers' k-means seed is "
-                  "fixed). " if repeated else
-                  f"One seed ({pick_seed}) of each trained map (the frontier's `method_seeds` repeats none). ")
+                  "nDCG@10 averaged over them before the test, and Δ by seed lists the difference at each seed "
+                  "of either code (a code with one seed counts at its mean: frozen's codes have no map to "
+                  "retrain, and the quantizers' k-means seed is fixed). " if repeated else
+                  f"One seed ({pick_seed}) of each trained map (the frontier's `method_seeds` repeats none of "
+                  "the picked codes). ")
     lines = ["", f"#### {title}: the best label-free and the best supervised code at each budget", "",
              "At each budget (bytes per vector): among the codes of at most that many bytes that need nothing "
              "outside the index (no re-scoring), the label-free code (no relevance judgment: frozen, truncate, "
@@ -142,7 +147,7 @@ def verdict_markdown(entries: Sequence[Mapping], title: str) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         lf, sup = e["label_free"], e["supervised"]
-        by_seed = " / ".join(f"{e['diff_by_seed'][s]:+.4f}" for s in sorted(e["diff_by_seed"]))
+        by_seed = " / ".join(f"{s} {e['diff_by_seed'][s]:+.4f}" for s in sorted(e["diff_by_seed"]))
         lines.append(f"| {e['budget']} | {e['subset']} | {e['n_queries']} | {code_label(lf)} | "
                      f"{lf['bytes_per_vector']} | {len(e['label_free_seeds'])} | {e['label_free_mean']:.4f} | "
                      f"{code_label(sup)} | {sup['bytes_per_vector']} | {len(e['supervised_seeds'])} | "
@@ -324,9 +329,9 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                 if any(y["seed"] == r["rows"][0]["seed"] for y in x["rows"]):
                     raise ValueError(f"{where}: a frontier_seed record at seed {r['rows'][0]['seed']}, the frontier's own")
                 reps.append(x["rows"])
-                rows += [{"dataset": r["dataset"], "backbone": r["backbone"], **{f: v for f, v in y.items()
-                                                                                 if f not in ("per_query", "pareto")}}
-                         for y in x["rows"]]
+                rows += [{"dataset": r["dataset"], "backbone": r["backbone"], "repeat": True,
+                          **{f: v for f, v in y.items() if f not in ("per_query", "pareto")}}
+                         for y in x["rows"]]  # `repeat`: the row of a frontier_seed record (publish_tables)
             lines += verdict_markdown(verdict(r["rows"], r.get("seen"), repeats=reps), where)
         small = [x for x in r["rows"] if x["bytes_per_vector"] <= 64]
         best = max(small, key=lambda x: x["ndcg@10"], default=None)
