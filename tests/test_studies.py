@@ -138,6 +138,9 @@ def test_efficiency_and_frontier_figures_show_every_dataset(monkeypatch):
     ticks = {t.get_text(): y for t, y in zip(axes[2].get_yticklabels(), axes[2].get_yticks())}
     assert list(ticks) == ["frozen 384d", "dive 64d"] and ticks["frozen 384d"] > ticks["dive 64d"]  # frozen on top
     assert [p.get_width() for p in axes[3].patches] == [100.0, 100.0] and axes[0].get_xscale() == "log"
+    renderer = figs[0].canvas.get_renderer()  # the first row's titles clear the figure's title
+    gap = figs[0]._suptitle.get_window_extent(renderer).y0 - axes[0].title.get_window_extent(renderer).y1
+    assert gap >= 0.25 * figs[0].dpi, gap  # a quarter inch
 
     def row(method, b, v, pareto, enc="float32"):
         return {"method": method, "dim": b, "encoding": enc, "bytes_per_vector": b, "ndcg@10": v,
