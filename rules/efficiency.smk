@@ -103,8 +103,7 @@ rule frontier_seed:
         top_k=PLAN.setting("evaluation", "top_k"),
         quantizers=PLAN.setting("quantizers"),
         # its own runs' share: another frontier method does not rerun it
-        quantized=lambda wc: [r for r in PLAN.frontier_quantized(wc.backbone)
-                              if r in PLAN.frontier_seed_runs(wc.backbone, int(wc.seed))],
+        quantized=lambda wc: PLAN.frontier_seed_quantized(wc.backbone, int(wc.seed)),
     script:
         "../workflow_scripts/frontier.py"
 

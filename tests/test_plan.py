@@ -167,6 +167,7 @@ def test_the_frontier_repeats_the_verdicts_methods_at_their_other_seeds():
     assert plan.frontier_seed_runs(cfg, "minilm", 2028) == [("autoencoder", 64), ("autoencoder", 96), ("mrl", 64),
                                                             ("mrl", 96), ("dive-pca", 64), ("dive-pca", 96)]
     p = resolved()
+    assert p.frontier_seed_quantized("minilm", 2028) == [("autoencoder", 64), ("mrl", 64), ("dive-pca", 64)]
     inputs = p.frontier_seed_inputs({"dataset": "scifact", "backbone": "minilm", "seed": "2029"})
     assert inputs["checkpoints"][2] == "results/scifact/minilm/mrl/k64/final/seed2029/model.pt"
     assert len(inputs["checkpoints"]) == 6

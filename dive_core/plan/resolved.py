@@ -183,6 +183,12 @@ class Plan:
     def frontier_seed_runs(self, backbone: str, seed: int) -> list[tuple[str, int]]:
         return frontier_seed_runs(self.config, backbone, seed)
 
+    def frontier_seed_quantized(self, backbone: str, seed: int) -> list[tuple[str, int]]:
+        """The runs of a ``frontier_seed`` job that get the index quantizers' rows (its own share of
+        :meth:`frontier_quantized`: another frontier method does not change its params)."""
+        runs = self.frontier_seed_runs(backbone, seed)
+        return [r for r in self.frontier_quantized(backbone) if r in runs]
+
     def arrival_code_runs(self, experiment: str, backbone: str) -> list[tuple[str, int]]:
         return arrival_code_runs(self.config, experiment, backbone)
 
