@@ -354,7 +354,7 @@ class Plan:
         return inputs
 
     def _checkpoints(self, w: Mapping, runs: Iterable[tuple[str, int]], seed: int) -> list[str]:
-        return [paths.CHECKPOINT.format(**w, method=m, k=k, stage="final", seed=seed) for m, k in runs]
+        return [paths.CHECKPOINT.format(**{**w, "method": m, "k": k, "stage": "final", "seed": seed}) for m, k in runs]
 
     def efficiency_inputs(self, w: Any) -> dict:
         w = _wildcards(w)
@@ -377,7 +377,7 @@ class Plan:
             raise ConfigError(f"config: experiments.frontier.method_seeds: no method runs at seed {w['seed']}, "
                               f"so there is no {paths.FRONTIER_SEED.format(**w)} to build")
         return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
-                "checkpoints": self._checkpoints({f: v for f, v in w.items() if f != "seed"}, runs, int(w["seed"]))}
+                "checkpoints": self._checkpoints(w, runs, int(w["seed"]))}
 
     def arrival_codes_inputs(self, w: Any) -> dict:
         """An arrival experiment's quantizer job: the embeddings, splits and arrival manifest, and the

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 from .. import quantizers as Q
 from .. import report
 from ..splits import STRATA
-from .frontier import BUDGETS, MARKERS, best_curve, marker, marker_key  # BUDGETS: the Markdown table's bytes
+from .frontier import BUDGETS, MARKERS, best_curve, bytes_axis, envelope, marker, marker_key  # BUDGETS: the table's bytes
 from .shared import StudyContext, cell, column_label
 
 METRIC = "ndcg@10"
@@ -174,15 +174,9 @@ def codes_panels(axes: Sequence, rows: Sequence[Mapping], colors: Mapping[str, s
                            zorder=3)
             pts = best_curve(mine, st)
             if pts:
-                right = max(r["bytes_per_vector"] for r in rows)
-                ax.step([b for b, _ in pts] + [right], [v for _, v in pts] + [pts[-1][1]], where="post",
-                        color=colors[method], linewidth=1.2, alpha=0.8)
-        for b in BUDGETS:
-            ax.axvline(b, color="0.85", linewidth=0.8, zorder=0)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("bytes per vector (log scale)")
-        ax.set_ylabel("nDCG@10")
-        ax.grid(alpha=0.3)
+                envelope(ax, pts, max(r["bytes_per_vector"] for r in rows), color=colors[method], linewidth=1.2,
+                         alpha=0.8)
+        bytes_axis(ax, "bytes per vector (log scale)", "nDCG@10", budget_color="0.85")
         ax.set_title(f"{title}: codes fitted on the known documents, {st} documents' queries (n={n})", fontsize=9)
 
 

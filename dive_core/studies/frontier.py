@@ -242,6 +242,21 @@ def best_curve(rows: Sequence[Mapping], metric: str = "ndcg@10") -> list[tuple[i
     return out
 
 
+def envelope(ax, pts: Sequence[tuple[int, float]], right: int, **style) -> None:
+    """A :func:`best_curve` as a step line run on to ``right`` bytes (the best stays available with more)."""
+    ax.step([b for b, _ in pts] + [right], [v for _, v in pts] + [pts[-1][1]], where="post", **style)
+
+
+def bytes_axis(ax, xlabel: str, ylabel: str, budget_color: str = "0.8") -> None:
+    """A log-2 bytes-per-vector axis with the verdict's budgets as light vertical lines."""
+    for b in BUDGETS:
+        ax.axvline(b, color=budget_color, linewidth=0.8, zorder=0)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
 def family_panel(ax, rows: Sequence[Mapping], title: str) -> None:
     """nDCG@10 against bytes (log axis), one line per :data:`FAMILY_LINES` entry: the best code of
     that family (needing nothing outside the index) at each byte count."""
@@ -249,16 +264,10 @@ def family_panel(ax, rows: Sequence[Mapping], title: str) -> None:
     right = max((x["bytes_per_vector"] for x in alone), default=1)
     for name, (color, mk) in FAMILY_LINES.items():
         pts = best_curve([x for x in alone if family_line(x) == name])
-        if pts:  # each line runs on to the panel's largest code: the best stays available with more bytes
-            ax.step([b for b, _ in pts] + [right], [v for _, v in pts] + [pts[-1][1]], where="post", color=color,
-                    linewidth=1.8, label=name)
+        if pts:  # each line runs on to the panel's largest code
+            envelope(ax, pts, right, color=color, linewidth=1.8, label=name)
             ax.plot([b for b, _ in pts], [v for _, v in pts], linestyle="", marker=mk, markersize=5, color=color)
-    for b in BUDGETS:
-        ax.axvline(b, color="0.8", linewidth=0.8, zorder=0)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("bytes per vector (log scale; grey lines: the verdict's budgets)")
-    ax.set_ylabel("held-out nDCG@10")
-    ax.grid(alpha=0.3)
+    bytes_axis(ax, "bytes per vector (log scale; grey lines: the verdict's budgets)", "held-out nDCG@10")
     ax.set_title(title, fontsize=10)
     if alone:
         ax.legend(fontsize=8, loc="lower right")
