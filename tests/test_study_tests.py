@@ -151,3 +151,41 @@ def test_heads_tests_each_head_count_against_the_configured_one(tmp_path):
     assert (rows["dive-h2"]["heads"], rows["dive-h2"]["a_diff_vs_dive"], rows["dive-h2"]["a_n_queries"]) \
         == (2, pytest.approx(-0.05), 20)
     assert "a_p_vs_dive" not in rows["dive"]
+
+
+# -- C: the learning-rate audit tests each pick against DIVE on the same validation queries -------
+def test_lr_audit_tests_each_pick_against_the_reference(tmp_path):
+    from dive_core.studies.lr_audit import lr_audit_study
+
+    scores = {("a", "dive", 2027): (0.5, 0.5),
+              ("a", "mrl", 2027): (0.6, 0.5),           # picked: +0.1 on seen, 0 on unseen, Δ +0.05 over 20
+              ("a", "mrl-lr5e-04", 2027): (0.9, 0.9),   # not picked: never tested
+              ("a", "csr-lr1e-04", 2027): (0.3, 0.3)}   # picked, at another k (its latents): -0.2 everywhere
+    results, per_query = runs(tmp_path, scores)
+    for r in results:
+        if r["method"].startswith("csr"):
+            path = per_query.pop(run_key(r))
+            r["k"] = 1536
+            per_query[run_key(r)] = path
+
+    def entry(pick, other):
+        cands = [{"method": m, "overrides": {"lr": lr}, "mean": 0.5, "per_dataset": {"a": 0.5}}
+                 for m, lr in ((pick, 1e-4), (other, 5e-4))]
+        return {"candidates": cands, "pick": {k: cands[0][k] for k in ("method", "overrides", "mean")}}
+
+    sel = {"backbone": "minilm", "seed": 2027, "datasets": ["a"],
+           "methods": {"mrl": entry("mrl", "mrl-lr5e-04"), "csr": entry("csr-lr1e-04", "csr")},
+           "reference": {"method": "dive", "mean": 0.5, "per_dataset": {"a": 0.5}}}
+    out = lr_audit_study(results, ctx(["mrl", "csr"], ["a"], per_query=per_query, selection=sel))
+    lines = out.markdown.splitlines()
+    assert "### Each pick against the reference (dive)" in lines
+    all_p = report.paired_randomization([0.6] * 10 + [0.5] * 10, [0.5] * 20)
+    assert [l for l in lines if l.startswith("| minilm | ")] == [
+        f"| minilm | a | 64 | mrl | 1 | 0.5500 | 0.5000 | +0.0500 | {all_p:.4f} | 20 | "
+        f"+0.1000 ({p_of(0.6, 0.5, 10)}, 10) | +0.0000 (1.0000, 10) |",
+        f"| minilm | a | 1536 | csr-lr1e-04 | 1 | 0.3000 | 0.5000 | -0.2000 | 0.0001 | 20 | "
+        f"-0.2000 ({p_of(0.3, 0.5, 10)}, 10) | -0.2000 ({p_of(0.3, 0.5, 10)}, 10) |"]
+    rows = {r["candidate"]: r for r in out.rows}
+    assert (rows["mrl"]["a_diff_vs_dive"], rows["mrl"]["a_n_queries"]) == (pytest.approx(0.05), 20)
+    assert rows["csr-lr1e-04"]["a_p_vs_dive"] == pytest.approx(1 / 10001)
+    assert not any(k.endswith("_vs_dive") for k in rows["mrl-lr5e-04"])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .shared import StudyContext, StudyOutput, cell, opening_lines, pyplot, save, suptitle
+from .. import report
+from .shared import StudyContext, StudyOutput, cell, opening_lines, paired_columns, pyplot, save, suptitle
 
 
 def _label(overrides: Mapping) -> str:
@@ -28,12 +29,32 @@ def pick_margin(entry: Mapping) -> dict:
             "runner_up": _label(best["overrides"]) if best else None, "edge": edge}
 
 
+def picks_against_reference(results: Sequence[Mapping], ctx: StudyContext, sel: Mapping) -> tuple[str, dict]:
+    """Each method's picked candidate against the reference (DIVE) per dataset on the same validation
+    queries (:func:`dive_core.report.versus_rows`: per-query nDCG@10, two-sided paired randomization
+    test, 10,000 sign flips; each at its own k): the Markdown section (empty without the reference's
+    runs or per-query files) and the rows by (backbone, dataset, picked method)."""
+    ref = (sel.get("reference") or {}).get("method")
+    if not ref:
+        return "", {}
+    picks = {entry["pick"]["method"] for entry in sel.get("methods", {}).values()}
+    others = sorted({r["method"] for r in results} - picks - {ref})
+    rows = report.versus_rows(results, ctx.per_query, baseline=ref, any_k=True, skip=others)
+    return (report.versus_markdown(rows, heading=(
+        "Each pick against the reference",
+        f"Each baseline at its picked learning rate against {ref} on the same validation queries, seed and "
+        "triplets (the paper: every DIVE configuration exceeds the strongest tuned baseline on validation)", ref)),
+        {(r["backbone"], r["dataset"], r["method"]): r for r in rows})
+
+
 def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """The learning-rate audit from its selection JSON: each candidate's validation nDCG@10 per
-    dataset and mean, the pick marked, DIVE's validation score as the reference."""
+    dataset and mean, the pick marked, DIVE's validation score as the reference, and each pick's
+    paired test against it."""
     sel = ctx.selection or {}
     ref = sel.get("reference") or {}
     datasets = sel.get("datasets", ctx.datasets)
+    section, pairs = picks_against_reference(results, ctx, sel)
     lines = opening_lines(ctx, results, "") + [
              "| method | candidate | " + " | ".join(f"{ds} nDCG@10" for ds in datasets) + " | mean nDCG@10 | pick |",
              "|---|---|" + "---|" * len(datasets) + "---|---|"]
@@ -46,7 +67,9 @@ def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                                                            for ds in datasets)
                          + f" | {cell(c['mean'])} | {'**picked**' if picked else ''} |")
             rows.append({"method": base, "candidate": c["method"], **c["overrides"], "mean_ndcg@10": c["mean"],
-                         "picked": picked, **{f"{ds}_ndcg@10": v for ds, v in c["per_dataset"].items()}})
+                         "picked": picked, **{f"{ds}_ndcg@10": v for ds, v in c["per_dataset"].items()},
+                         **(paired_columns(pairs, sel.get("backbone", ""), c["method"], datasets, ref["method"])
+                            if picked and ref else {})})
     if ref:
         lines.append(f"| {ref['method']} (reference) | fixed | " + " | ".join(
             cell(ref["per_dataset"].get(ds, float("nan"))) for ds in datasets) + f" | {cell(ref['mean'])} | |")
@@ -61,6 +84,8 @@ def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
         edge = "".join(f"; the {where} {key} of the grid" for key, where in m["edge"].items())
         lead = f"{m['lead']:+.4f} over {m['runner_up']}" if m["runner_up"] else "the only candidate"
         lines.append(f"- {base}: {_label(entry['pick']['overrides'])}, {lead}{edge}.")
+    if section:
+        lines.append(section.rstrip("\n"))
 
     def figure(path):
         plt = pyplot()
