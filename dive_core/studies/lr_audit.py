@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .. import report
-from .shared import StudyContext, StudyOutput, cell, opening_lines, paired_columns, pyplot, save, suptitle
+from .shared import (
+    StudyContext, StudyOutput, cell, opening_lines, paired_against, paired_columns, pyplot, save, suptitle,
+)
 
 
 def _label(overrides: Mapping) -> str:
@@ -31,7 +32,7 @@ def pick_margin(entry: Mapping) -> dict:
 
 def picks_against_reference(results: Sequence[Mapping], ctx: StudyContext, sel: Mapping) -> tuple[str, dict]:
     """Each method's picked candidate against the reference (DIVE) per dataset on the same validation
-    queries (:func:`dive_core.report.versus_rows`: per-query nDCG@10, two-sided paired randomization
+    queries (:func:`.shared.paired_against`: per-query nDCG@10, two-sided paired randomization
     test, 10,000 sign flips; each at its own k): the Markdown section (empty without the reference's
     runs or per-query files) and the rows by (backbone, dataset, picked method)."""
     ref = (sel.get("reference") or {}).get("method")
@@ -39,12 +40,11 @@ def picks_against_reference(results: Sequence[Mapping], ctx: StudyContext, sel: 
         return "", {}
     picks = {entry["pick"]["method"] for entry in sel.get("methods", {}).values()}
     others = sorted({r["method"] for r in results} - picks - {ref})
-    rows = report.versus_rows(results, ctx.per_query, baseline=ref, any_k=True, skip=others)
-    return (report.versus_markdown(rows, heading=(
-        "Each pick against the reference",
+    return paired_against(
+        results, ctx, ref, "Each pick against the reference",
         f"Each baseline at its picked learning rate against {ref} on the same validation queries, seed and "
-        "triplets (the paper: every DIVE configuration exceeds the strongest tuned baseline on validation)", ref)),
-        {(r["backbone"], r["dataset"], r["method"]): r for r in rows})
+        "triplets (the paper: every DIVE configuration exceeds the strongest tuned baseline on validation)",
+        any_k=True, skip=others)
 
 
 def lr_audit_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:

@@ -99,12 +99,12 @@ def roles(results: Sequence[Mapping]) -> str:
 
 
 def paired_against(results: Sequence[Mapping], ctx: StudyContext, reference: str, title: str,
-                   what: str) -> tuple[str, dict[tuple[str, str, str], dict]]:
+                   what: str, **which) -> tuple[str, dict[tuple[str, str, str], dict]]:
     """Each other method of the study against ``reference`` per (backbone, dataset) at the same k, on
     per-query nDCG@10 averaged over seeds (:func:`dive_core.report.versus_rows`: the two-sided paired
-    randomization test, 10,000 sign flips): the Markdown section (empty without such pairs) and the
-    rows by (backbone, dataset, method)."""
-    rows = report.versus_rows(results, ctx.per_query, baseline=reference)
+    randomization test, 10,000 sign flips; ``which``: its ``any_k`` and ``skip``): the Markdown section
+    (empty without such pairs) and the rows by (backbone, dataset, method)."""
+    rows = report.versus_rows(results, ctx.per_query, baseline=reference, **which)
     return (report.versus_markdown(rows, heading=(title, what, reference)),
             {(r["backbone"], r["dataset"], r["method"]): r for r in rows})
 
