@@ -26,6 +26,16 @@ an exported sentence-transformers model runs no code of this package) sets it. W
 ``mkl_cbwr_set``, which works until MKL's first computation; after that the mode cannot change,
 and a warning says which mode the process runs in.
 
+MKL's vector math (VML), which PyTorch's CPU kernels of ``exp``, ``log``, ``sqrt``, ``tanh``,
+``erf`` and a few more call from every thread of a parallel region, chooses its kernels at its
+first call in a process. When that first call comes from two threads at once, one thread may
+compute its share of that one call with another kernel: other bytes, whatever ``MKL_CBWR`` says
+(measured on an Intel Xeon with 2 threads: a DIVE training's first ``logsumexp`` gave other bytes,
+and so other weights, in 4 of 351 fresh processes; ``tests/vml_probe.py`` shows the race alone).
+:func:`warm_vector_math` makes that first call on one element, on one thread; :func:`deterministic`
+(every training), :func:`dive_core.runlog.set_threads` (every job given threads) and
+``dive-compress`` call it.
+
 OpenBLAS (numpy's and faiss-cpu's) and oneDNN need nothing: their kernels are chosen once per
 process from the CPU and the thread count (oneDNN: "run-to-run deterministic for a fixed
 environment"), which ``benchmarks/reproducibility.py`` checks across processes too.
@@ -126,11 +136,32 @@ def configure() -> None:
 def deterministic() -> None:
     """PyTorch's deterministic kernels, strictly: an operation with no deterministic CUDA kernel
     raises (naming itself) instead of warning, so a GPU result is either reproducible or refused.
-    On the CPU every kernel the methods use is deterministic already."""
+    On the CPU the kernels the methods use are deterministic once MKL's vector math has made its
+    first call (:func:`warm_vector_math`, called here)."""
     import torch
 
+    warm_vector_math()
     torch.use_deterministic_algorithms(True)  # CUBLAS_WORKSPACE_CONFIG: set by configure()
     torch.backends.cudnn.benchmark = False
+
+
+_vector_math_warm = False
+
+
+def warm_vector_math() -> None:
+    """MKL's vector math makes its first call in this process here, on one element and one thread,
+    so that no parallel region makes it from two threads at once (which can give one thread's share
+    of that call other bytes; see the module's docstring). Idempotent; imports torch."""
+    global _vector_math_warm
+    if _vector_math_warm:
+        return
+    import torch
+
+    with torch.no_grad():
+        for dtype in (torch.float32, torch.float64):
+            one = torch.full((1,), 0.5, dtype=dtype)
+            torch.log(torch.exp(one))  # at::vml -> vmsExp, vmsLn (vmdExp, vmdLn)
+    _vector_math_warm = True
 
 
 def cuda_mode() -> dict:

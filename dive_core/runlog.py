@@ -27,8 +27,13 @@ def setup(log_path: str | os.PathLike | None, threads: int | None = None) -> log
 
 
 def set_threads(threads: int) -> None:
+    """The job's thread budget for PyTorch (and FAISS); MKL's vector math warmed on this thread
+    first (:func:`dive_core.numerics.warm_vector_math`: the same bytes in every process)."""
     import torch
 
+    from . import numerics
+
+    numerics.warm_vector_math()
     torch.set_num_threads(int(threads))
     try:
         import faiss

@@ -3,6 +3,10 @@
 MKL's default mode gave another DIVE weights hash in a new process on an Intel Xeon (AVX-512) in
 about one retraining in six, and failed CI's retrain-and-compare test. ``import dive_core``
 (dive_core/numerics.py) sets MKL's conditional numerical reproducibility before torch loads it.
+With it, 4 of 351 retrainings still gave another hash there (CI failed on it once): the
+first call to MKL's vector math, made by two threads at once (the first ``logsumexp``), gave one
+thread's share other bytes. Every job and training now makes that first call on one thread
+(``numerics.warm_vector_math``).
 """
 
 from __future__ import annotations
@@ -110,3 +114,50 @@ def test_retraining_in_fresh_processes_gives_one_weights_hash():
     assert len(weights) == 1, f"{len(weights)} weights hashes in {RETRAINS} processes: {dict(weights)}"
     assert len({r["docs_sha256"] for r in runs}) == 1
     assert all(r["mkl"]["mkl_cbwr"] == "AUTO,STRICT" for r in runs)
+
+
+# Without the warm-up, the children that gave other bytes on the Intel Xeon (AVX-512), idle: 4 of
+# 400, 4 of 400, 5 of 1500, 4 of 1500, 0 of 2000 (2 threads), 0 of 200 (4), 1 of 200 and 1 of 300
+# (8), 1 of 300 (16), 2 of 1500 (float64 first); beside other jobs: 6 of 300, 6 of 200. At the
+# pooled idle rate (22 in 8,300) 3,000 children all agree by chance with probability 4e-4; the
+# rate varies from run to run. With the warm-up: 0 of 400 and 0 of 2000.
+VML_CHILDREN = 3000
+
+
+def test_the_first_parallel_call_of_mkls_vector_math_gives_the_bytes_of_every_later_one():
+    """tests/vml_probe.py: in fresh (forked) processes that set their threads as every job does
+    (runlog.set_threads), the first exp over 2 threads equals the second, and every process agrees."""
+    out = subprocess.run([sys.executable, str(TESTS / "vml_probe.py"), "--children", str(VML_CHILDREN),
+                          "--parallel", "2"], cwd=REPO,
+                         env={k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "MKL_DYNAMIC")},
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["children"] == VML_CHILDREN
+    assert result["differ"] == 0, result
+    assert len(result["first_hashes"]) == 1, result
+
+
+def test_every_entry_point_warms_the_vector_math_first(monkeypatch, tmp_path):
+    """Training (set_seed -> deterministic), every job (runlog.set_threads) and dive-compress (before
+    it loads the model) make MKL's vector math's first call on one thread; the warm-up itself runs
+    once per process."""
+    import numpy as np
+
+    from dive_core import runlog, training
+    from dive_core.compress import cli
+    from dive_core.vectors import VectorWriter
+
+    import torch
+
+    calls = []
+    monkeypatch.setattr(numerics, "warm_vector_math", lambda: calls.append(1))
+    training.set_seed(0)
+    runlog.set_threads(torch.get_num_threads())  # the count this process runs with, unchanged
+    with VectorWriter(tmp_path / "v.npy", 2, 4) as w:
+        w.write(["a", "b"], np.ones((2, 4), np.float32))
+    assert cli.main([str(tmp_path / "missing.pt"), str(tmp_path / "v.npy"), str(tmp_path / "out.npy"), "--quiet"]) != 0
+    assert calls == [1, 1, 1]
+    monkeypatch.undo()
+    numerics.warm_vector_math()
+    assert numerics._vector_math_warm

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import numerics
 from ..sparse import SPARSE_ENCODING
 from ..vector_checks import option
 from ..vectors import ENCODINGS, ID_COLUMN, VECTOR_COLUMN, VectorFileError, vector_format
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         except VectorFileError as exc:
             raise CompressError(str(exc)) from None
         sets = open_sets(args.input, args.group, args.id_column, args.vector_column)
+        numerics.warm_vector_math()  # before any parallel region: the same bytes in every process
         if args.threads:
             import torch
 
