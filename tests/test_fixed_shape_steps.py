@@ -77,11 +77,14 @@ def _strip(rows):
 # order. Measured after 4 epochs here: 2.1e-7 (test: 1e-6).
 MRL_TOL = 1e-6
 # SMEC: the anchors padded to 3B rows, the S-XBM mean over (3B, m) slots instead of (n, min(m, L)).
-# Stage 1 (the same inputs): 3.0e-8 here (test: 1e-7). Later stages train on the outputs of the
+# Stage 1 (the same inputs): 3.0e-8 on the Xeon (AVX-512), 1.3e-6 on the EPYC with AVX2 only, where
+# MKL's kernels for the padded and the unpadded shapes round differently and AdamW, dividing each
+# gradient by its own running scale, enlarges last-bit changes of near-zero gradients (test: 5e-6,
+# 200x below one step's move at lr 1e-3; the whole fit on that EPYC: 4.8e-6). Later stages train on the outputs of the
 # earlier ones, which differ by those few 1e-8, and at this test's lr (1e-3; SMEC's configured lr
 # is 5e-6) the fit amplifies that: 5.9e-6. The old step itself, given documents moved by 1e-8,
 # ends 6.4e-6 away from its own weights (test: 2e-5). At lr 5e-6: 3.9e-8 in every stage.
-SMEC_STAGE1_TOL, SMEC_TOL = 1e-7, 2e-5
+SMEC_STAGE1_TOL, SMEC_TOL = 5e-6, 2e-5
 
 
 def test_mrl_trains_to_the_replaced_steps_weights():
