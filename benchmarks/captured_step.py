@@ -24,6 +24,13 @@ vectors of SciFact's corpus size; the numbers do not depend on the values) it re
   top entries by device time and the number of kernel launches, graph launches and host
   synchronisations per step (``profile_<d>x<k>_<mode>.txt``).
 
+With ``--compile`` DIVE's step is also timed with its ``batch_loss`` compiled by TorchInductor
+(``dive_core.training.compiled_loss``, issue 63 item 2): ``compiled`` (fused kernels launched from
+Python) and, on a GPU, ``graph_compiled`` (the fused kernels recorded in the CUDA graph), the warm-up
+fit paying the compilation; ``speedup_compiled`` / ``speedup_graph_compiled`` = plain ms / their ms;
+``compiled_weights``: each one's weights after ``--hash-epochs`` epochs against the plain fit's
+(largest absolute difference: fusion reorders floating-point operations, so a tolerance, not bytes).
+
 With ``--method mrl smec search_adaptor`` (and ``dive``, the default) the other methods' steps are
 timed too (config/config.yaml's hyperparameters, the same generated data): ``ms_per_step`` of each
 training phase (MRL's two stages, SMEC's stages) from its last epoch of a fit of two epochs per phase,
@@ -123,16 +130,18 @@ def reference_class(method: str):
 
 
 def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, graph: bool, method: str = "dive",
-        cls=None):
-    """A fit of ``method`` through the workflow's loop, the graph on or off (``cls``: a class to
-    train instead of the registered one, e.g. :func:`reference_class`); (method, log rows, seconds)."""
+        cls=None, compiled: bool = False):
+    """A fit of ``method`` through the workflow's loop, the graph on or off, its ``batch_loss`` compiled
+    or not (``TorchMethod.compile_step``; ``cls``: a class to train instead of the registered one, e.g.
+    :func:`reference_class`); (method, log rows, seconds)."""
     from dive_core.methods.base import method_class
     from dive_core.training import set_seed
 
     make = cls
     cls = cls or method_class(method)
     was = cls.__dict__.get("cuda_graph")
-    cls.cuda_graph = graph
+    was_compiled = cls.__dict__.get("compile_step")
+    cls.cuda_graph, cls.compile_step = graph, compiled
     try:
         hp = method_hparams(method, epochs, batch)
         if make is None:
@@ -151,6 +160,10 @@ def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, gra
             del cls.cuda_graph
         else:
             cls.cuda_graph = was
+        if was_compiled is None:
+            del cls.compile_step
+        else:
+            cls.compile_step = was_compiled
 
 
 def fit_many(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, graph: bool, fits: int):
@@ -232,6 +245,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--method", nargs="+", default=["dive"], choices=METHODS,
                     help="time these methods' steps (DIVE: also FLOPs, profile, fits together)")
+    ap.add_argument("--compile", action="store_true",
+                    help="DIVE: also time its step with batch_loss compiled by TorchInductor (dive_core.training."
+                         "compiled_loss), alone and, on a GPU, recorded in the graph; weights against the plain fit")
     ap.add_argument("--reference", action="store_true",
                     help="MRL, SMEC: also time the step their fixed-shape rewrite replaced "
                          "(tests/plain_steps_reference.py), its fits alternating with the new step's, in this process")
@@ -296,21 +312,25 @@ def main(argv=None) -> int:
             out["methods"].setdefault(mt, {})[shape] = res
             if a.out:
                 Path(a.out).write_text(json.dumps(out, indent=1))
+    # DIVE's modes: (name, graph, compiled)
+    dive_modes = [("graph" if g else "plain", g, False) for g in modes]
+    if a.compile:
+        dive_modes += [("graph_compiled" if g else "compiled", g, True) for g in modes]
     for shape in (a.shapes if "dive" in a.method else []):
         d, k = (int(x) for x in shape.split(":"))
         data = generated(d, a.steps * a.batch, dev)
         flops = step_flops(d, k, data, a.batch, dev)
         res = {"gflop_per_step": flops / 1e9}
-        for graph in modes:
-            name = "graph" if graph else "plain"
-            fit(d, k, data, 2, a.batch, dev, graph)  # warm-up fit, discarded
-            secs = [fit(d, k, data, 2, a.batch, dev, graph)[1][1]["seconds"] / a.steps for _ in range(a.repeats)]
+        for name, graph, compiled in dive_modes:
+            fit(d, k, data, 2, a.batch, dev, graph, compiled=compiled)  # warm-up fit (and compilation), discarded
+            secs = [fit(d, k, data, 2, a.batch, dev, graph, compiled=compiled)[1][1]["seconds"] / a.steps
+                    for _ in range(a.repeats)]
             ms = 1000 * statistics.median(secs)
             res[name] = {"ms_per_step": ms, "spread_ms": [1000 * min(secs), 1000 * max(secs)],
                          "gflop_per_s": flops / (ms / 1000) / 1e9, "share": flops / (ms / 1000) / 1e9 / mm}
             print(f"{d}->{k} {name}: {ms:.3f} ms/step, {res[name]['gflop_per_s']:.0f} GFLOP/s, "
                   f"{res[name]['share']:.3f} of the product rate", flush=True)
-            if a.fits > 1:
+            if a.fits > 1 and not compiled:
                 fit_many(d, k, data, 2, a.batch, dev, graph, a.fits)  # warm-up, discarded
                 secs = [fit_many(d, k, data, 2, a.batch, dev, graph, a.fits)[1][0][1]["seconds"] / a.steps
                         for _ in range(a.repeats)]
@@ -321,7 +341,7 @@ def main(argv=None) -> int:
                 print(f"{d}->{k} {name}, {a.fits} fits together: {many:.3f} ms/step ({many / a.fits:.3f} per fit, "
                       f"{a.fits * ms / many:.2f}x the fits alone), {res[name]['together']['share']:.3f} of the "
                       "product rate", flush=True)
-            if a.profile_dir:
+            if a.profile_dir and not compiled:
                 pdir = Path(a.profile_dir)
                 pdir.mkdir(parents=True, exist_ok=True)
                 res[name]["profile"] = profile(d, k, a.batch, dev, a.profile_steps, graph,
@@ -338,6 +358,22 @@ def main(argv=None) -> int:
             print(f"{d}->{k} weights after {a.hash_epochs} epochs: plain {res['weights']['plain_sha256'][:12]} "
                   f"graph {res['weights']['graph_sha256'][:12]} max |diff| {res['weights']['max_abs_diff']:.3g}",
                   flush=True)
+        if a.compile:  # the compiled step's weights against the plain fit's (a tolerance, not bit-equal)
+            hdata = generated(d, 88 * a.batch, dev)
+            mp = fit(d, k, hdata, a.hash_epochs, a.batch, dev, False)[0]
+            sp = mp.state_dict()
+            res["compiled_weights"] = {"epochs": a.hash_epochs, "steps_per_epoch": 88, "plain_sha256": mp.state_sha256()}
+            for name, graph, compiled in dive_modes:
+                if compiled:
+                    mc = fit(d, k, hdata, a.hash_epochs, a.batch, dev, graph, compiled=True)[0]
+                    sc = mc.state_dict()
+                    diff = max(float((sp[n] - sc[n]).abs().max()) for n in sp)
+                    res["compiled_weights"][name] = {"sha256": mc.state_sha256(), "max_abs_diff_vs_plain": diff}
+                    print(f"{d}->{k} weights after {a.hash_epochs} epochs: {name} {mc.state_sha256()[:12]}, max |diff| "
+                          f"from plain {diff:.3g}", flush=True)
+            for name in ("compiled", "graph_compiled"):
+                if name in res:
+                    res[f"speedup_{name}"] = res["plain"]["ms_per_step"] / res[name]["ms_per_step"]
         if a.fits > 1:  # each fit trained together against the same fit alone
             hdata = generated(d, 88 * a.batch, dev)
             together = fit_many(d, k, hdata, a.hash_epochs, a.batch, dev, cuda, a.fits)[0]

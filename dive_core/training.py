@@ -187,6 +187,15 @@ class CapturedStep:
         return self.out
 
 
+def compiled_loss(batch_loss: Callable[[torch.Tensor], Mapping[str, torch.Tensor]]):
+    """``batch_loss`` compiled by ``torch.compile`` (TorchInductor, the whole function as one graph,
+    static shapes): its forward pass and, through AOTAutograd, its backward pass become a few fused
+    kernels (C++ on the CPU, Triton on a GPU) instead of one kernel per elementwise op. Compiled on
+    its first call (seconds; Inductor's cache makes later processes faster); a function with a host
+    read or a data-dependent shape is refused there (``fullgraph``), not split."""
+    return torch.compile(batch_loss, fullgraph=True, dynamic=False)
+
+
 def run_epochs(
     params: Iterable[torch.nn.Parameter],
     batch_loss: Callable[[torch.Tensor], Mapping[str, torch.Tensor]],
@@ -206,6 +215,7 @@ def run_epochs(
     precision: str = "fp32",
     cuda_graph: bool = False,
     before_epoch: Callable[[torch.Tensor], None] | None = None,
+    compile: bool = False,
 ) -> None:
     """AdamW over shuffled mini-batches of ``range(n_items)`` for ``epochs`` epochs.
 
@@ -236,6 +246,13 @@ def run_epochs(
     ``device``; (S, n_items) for S fits), before its first step and outside any recorded step: what
     the steps need that depends only on which items come when (not on the weights) can be worked
     out there, with host reads, and the steps read it from fixed-shape tensors (SMEC's queue).
+
+    ``compile``: the full-size batches' ``batch_loss`` through :func:`compiled_loss` (TorchInductor
+    fuses the forward and backward passes' small elementwise kernels; with ``cuda_graph`` the graph
+    records the fused kernels); a last, smaller batch runs eagerly, so only one shape is compiled.
+    Fusion reorders some floating-point operations: the weights match the plain step's within a
+    tested tolerance (tests/test_compiled_step.py), not bit for bit; the same inputs still give the
+    same weights in every process on one machine.
     """
     from tqdm import tqdm
 
@@ -249,11 +266,13 @@ def run_epochs(
     opt = adamw([g for g in groups if g["params"]], lr, weight_decay, capturable=graph)
     autocast = precision_context(precision, device)
 
+    fused = compiled_loss(batch_loss) if compile else None
+
     def step(idx: torch.Tensor) -> tuple[list[str], torch.Tensor]:
         """One optimisation step on batch ``idx``: the logged terms' names and their values
         (float64, times the batch size, to be summed over the epoch)."""
         with autocast:
-            out = batch_loss(idx)
+            out = (fused if fused is not None and idx.shape[-1] == batch_size else batch_loss)(idx)
         opt.zero_grad(set_to_none=True)
         (out["loss"].sum() if stacked else out["loss"]).backward()
         opt.step()

@@ -248,6 +248,12 @@ class TorchMethod(Method):
     #: (:class:`dive_core.training.CapturedStep`)
     cuda_graph: ClassVar[bool] = False
 
+    #: whether :meth:`batch_loss` is compiled (:func:`dive_core.training.compiled_loss`): off by
+    #: default, the weights then differ from the plain step's within rounding; on where a
+    #: benchmark or a study asks (benchmarks/captured_step.py ``--compile``), for the methods whose
+    #: compiled step is tested (DIVE, tests/test_compiled_step.py)
+    compile_step: ClassVar[bool] = False
+
     #: whether several fits of this type (seeds) may train together (:meth:`fit_together`): its
     #: ``fit`` is the plain one and its ``batch_loss`` a function of ``self.net``'s tensors that
     #: ``torch.func.vmap`` maps (no random op, no in-place update of module state)
@@ -294,7 +300,8 @@ class TorchMethod(Method):
         stacked_loss = vmap(one)  # over the fits: their parameter slices, buffers and (b,) batches
         first.train_phase(data, list(logs), first.hp["epochs"], first.hp["lr"],
                           lambda _, idx: stacked_loss(params, buffers, idx), list(params.values()),
-                          progress=progress, seed=[m.seed for m in methods], cuda_graph=first.graph_capturable())
+                          progress=progress, seed=[m.seed for m in methods], cuda_graph=first.graph_capturable(),
+                          compile=first.compile_step)
         with torch.no_grad():
             for i, m in enumerate(methods):
                 m.net.load_state_dict({**{k: v[i] for k, v in params.items()}, **{k: v[i] for k, v in buffers.items()}})
@@ -319,20 +326,23 @@ class TorchMethod(Method):
 
     def train_phase(self, data, log, epochs, lr, loss_fn, params, phase="train", progress=True,
                     after_step=None, n_items: int | None = None, seed=None, cuda_graph: bool | None = None,
-                    before_epoch=None) -> None:
+                    before_epoch=None, compile: bool | None = None) -> None:
         """One call of the shared loop; ``n_items`` defaults to :meth:`n_items`, ``seed`` to this fit's
         (:meth:`fit_together`: the stacked fits' seeds, ``log`` their logs), ``cuda_graph`` to whether
-        ``loss_fn`` is this method's capturable ``batch_loss``; ``before_epoch`` as in
-        :func:`~dive_core.training.run_epochs`."""
+        ``loss_fn`` is this method's capturable ``batch_loss``, ``compile`` to :attr:`compile_step` for
+        its ``batch_loss``; ``before_epoch`` as in :func:`~dive_core.training.run_epochs`."""
         self.net.to(data.device).train()
         if cuda_graph is None:
             cuda_graph = loss_fn == self.batch_loss and after_step is None and self.graph_capturable()
+        if compile is None:
+            compile = loss_fn == self.batch_loss and self.compile_step
         run_epochs(
             params, lambda idx: loss_fn(data, idx), self.n_items(data) if n_items is None else n_items,
             epochs=int(epochs), batch_size=int(self.hp["batch_size"]), lr=float(lr),
             weight_decay=float(self.hp["weight_decay"]), seed=self.seed if seed is None else seed, log_=log,
             phase=phase, desc=f"{self.type}:{phase}", progress=progress, device=data.device,
             after_step=after_step, precision=self.precision, cuda_graph=cuda_graph, before_epoch=before_epoch,
+            compile=compile,
         )
         self.net.eval()
 
