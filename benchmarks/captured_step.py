@@ -27,9 +27,13 @@ vectors of SciFact's corpus size; the numbers do not depend on the values) it re
 With ``--compile`` DIVE's step is also timed with its ``batch_loss`` compiled by TorchInductor
 (``dive_core.training.compiled_loss``, issue 63 item 2): ``compiled`` (fused kernels launched from
 Python) and, on a GPU, ``graph_compiled`` (the fused kernels recorded in the CUDA graph), the warm-up
-fit paying the compilation; ``speedup_compiled`` / ``speedup_graph_compiled`` = plain ms / their ms;
+fit paying the compilation (``warmup_fit_s`` of each mode: the discarded fit's seconds, compilation
+included; Inductor's cache, ``TORCHINDUCTOR_CACHE_DIR``, shortens it in later processes);
+``speedup_compiled`` / ``speedup_graph_compiled`` = plain ms / their ms;
 ``compiled_weights``: each one's weights after ``--hash-epochs`` epochs against the plain fit's
-(largest absolute difference: fusion reorders floating-point operations, so a tolerance, not bytes).
+(largest absolute difference: fusion reorders floating-point operations, so a tolerance, not bytes),
+beside the scale such a difference grows to: the plain fit against itself trained on documents
+multiplied by (1 + 1e-7 N(0, 1)), last-bit changes (``plain_docs_perturbed_max_abs_diff``).
 
 With ``--method mrl smec search_adaptor`` (and ``dive``, the default) the other methods' steps are
 timed too (config/config.yaml's hyperparameters, the same generated data): ``ms_per_step`` of each
@@ -322,14 +326,14 @@ def main(argv=None) -> int:
         flops = step_flops(d, k, data, a.batch, dev)
         res = {"gflop_per_step": flops / 1e9}
         for name, graph, compiled in dive_modes:
-            fit(d, k, data, 2, a.batch, dev, graph, compiled=compiled)  # warm-up fit (and compilation), discarded
+            warm_s = fit(d, k, data, 2, a.batch, dev, graph, compiled=compiled)[2]  # warm-up fit (and compilation)
             secs = [fit(d, k, data, 2, a.batch, dev, graph, compiled=compiled)[1][1]["seconds"] / a.steps
                     for _ in range(a.repeats)]
             ms = 1000 * statistics.median(secs)
-            res[name] = {"ms_per_step": ms, "spread_ms": [1000 * min(secs), 1000 * max(secs)],
+            res[name] = {"ms_per_step": ms, "spread_ms": [1000 * min(secs), 1000 * max(secs)], "warmup_fit_s": warm_s,
                          "gflop_per_s": flops / (ms / 1000) / 1e9, "share": flops / (ms / 1000) / 1e9 / mm}
             print(f"{d}->{k} {name}: {ms:.3f} ms/step, {res[name]['gflop_per_s']:.0f} GFLOP/s, "
-                  f"{res[name]['share']:.3f} of the product rate", flush=True)
+                  f"{res[name]['share']:.3f} of the product rate; warm-up fit {warm_s:.1f} s", flush=True)
             if a.fits > 1 and not compiled:
                 fit_many(d, k, data, 2, a.batch, dev, graph, a.fits)  # warm-up, discarded
                 secs = [fit_many(d, k, data, 2, a.batch, dev, graph, a.fits)[1][0][1]["seconds"] / a.steps
@@ -363,6 +367,14 @@ def main(argv=None) -> int:
             mp = fit(d, k, hdata, a.hash_epochs, a.batch, dev, False)[0]
             sp = mp.state_dict()
             res["compiled_weights"] = {"epochs": a.hash_epochs, "steps_per_epoch": 88, "plain_sha256": mp.state_sha256()}
+            # the scale to read them against: the plain fit itself, its documents moved in the last bits
+            noisy = generated(d, 88 * a.batch, dev)
+            g = torch.Generator().manual_seed(1)
+            noisy.docs.mul_(1 + 1e-7 * torch.randn(noisy.docs.shape, generator=g).to(dev))
+            sn = fit(d, k, noisy, a.hash_epochs, a.batch, dev, False)[0].state_dict()
+            res["compiled_weights"]["plain_docs_perturbed_max_abs_diff"] = max(float((sp[n] - sn[n]).abs().max()) for n in sp)
+            print(f"{d}->{k} weights after {a.hash_epochs} epochs: plain with documents x (1 + 1e-7 N(0,1)), max |diff| "
+                  f"from plain {res['compiled_weights']['plain_docs_perturbed_max_abs_diff']:.3g}", flush=True)
             for name, graph, compiled in dive_modes:
                 if compiled:
                     mc = fit(d, k, hdata, a.hash_epochs, a.batch, dev, graph, compiled=True)[0]

@@ -24,6 +24,13 @@ from dive_core.training import CapturedStep, FitData, TrainLog
 
 from test_captured_step import _Graph, fake_cuda  # noqa: F401  (fixture)
 
+# PyTorch's own notices while it traces and compiles (the lru_cache-wrapped function is the NT-Xent's
+# constant self-mask, which tracing through is what it should do)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`:UserWarning"),
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:`torch._prims_common.check` is deprecated:FutureWarning"),
+]
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = dcfg.load_yaml(ROOT / "config" / "config.yaml")
 # the compiled step's weights against the plain step's after these tests' 2 epochs of 4 steps
