@@ -149,3 +149,19 @@ def test_the_compiled_step_recorded_in_a_graph_matches_the_plain_step(fake_cuda)
     assert max_diff(replayed, plain) < TOL
     for rr, rp in zip(rows_r, rows_p):
         assert rr["total"] == pytest.approx(rp["total"], rel=1e-5)
+
+
+def test_one_compiled_graph_serves_later_fits_of_other_weights_and_data():
+    """A process that trains several fits (a benchmark's repeats) compiles once per shape; the graph
+    must read each fit's own parameters and data, not those it was traced with."""
+    import torch._dynamo
+
+    hp = dict(plan.method_hparams(CONFIG, "dive"), epochs=2, hidden=64, batch_size=32)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    for seed, data_seed in [(1, 0), (2, 5), (3, 0)]:
+        fd = data(32, 3 * 32, seed=data_seed)
+        compiled, _ = fit(32, 8, fd, True, hp, seed=seed)
+        plain, _ = fit(32, 8, fd, False, hp, seed=seed)
+        assert max_diff(compiled, plain) < TOL, (seed, data_seed)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
