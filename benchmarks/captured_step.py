@@ -143,9 +143,10 @@ def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, gra
 
     make = cls
     cls = cls or method_class(method)
-    was = cls.__dict__.get("cuda_graph")
-    was_compiled = cls.__dict__.get("compile_step")
-    cls.cuda_graph, cls.compile_step = graph, compiled
+    flags = {"cuda_graph": graph, "compile_step": compiled}
+    was = {name: cls.__dict__.get(name) for name in flags}  # the class's own settings, restored after
+    for name, value in flags.items():
+        setattr(cls, name, value)
     try:
         hp = method_hparams(method, epochs, batch)
         if make is None:
@@ -160,14 +161,16 @@ def fit(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, gra
         sync(device)
         return m, log.rows, time.perf_counter() - t0
     finally:
-        if was is None:
-            del cls.cuda_graph
-        else:
-            cls.cuda_graph = was
-        if was_compiled is None:
-            del cls.compile_step
-        else:
-            cls.compile_step = was_compiled
+        for name, value in was.items():
+            if value is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, value)
+
+
+def max_abs_diff(a: dict, b: dict) -> float:
+    """The largest absolute difference between two state dicts' tensors."""
+    return max(float((a[n].double() - b[n].double()).abs().max()) for n in a)
 
 
 def fit_many(d: int, k: int, data: FitData, epochs: int, batch: int, device: str, graph: bool, fits: int):
@@ -350,36 +353,33 @@ def main(argv=None) -> int:
                 pdir.mkdir(parents=True, exist_ok=True)
                 res[name]["profile"] = profile(d, k, a.batch, dev, a.profile_steps, graph,
                                                pdir / f"profile_{d}x{k}_{name}.txt")
-        if cuda:
-            res["speedup"] = res["plain"]["ms_per_step"] / res["graph"]["ms_per_step"]
+        if cuda or a.compile:  # one plain fit that the graph's and the compiled fits' weights are held against
             hdata = generated(d, 88 * a.batch, dev)  # SciFact's steps per epoch
             mp = fit(d, k, hdata, a.hash_epochs, a.batch, dev, False)[0]
+            sp = mp.state_dict()
+        if cuda:
+            res["speedup"] = res["plain"]["ms_per_step"] / res["graph"]["ms_per_step"]
             mg = fit(d, k, hdata, a.hash_epochs, a.batch, dev, True)[0]
-            sp, sg = mp.state_dict(), mg.state_dict()
             res["weights"] = {"plain_sha256": mp.state_sha256(), "graph_sha256": mg.state_sha256(),
-                              "max_abs_diff": max(float((sp[n] - sg[n]).abs().max()) for n in sp),
+                              "max_abs_diff": max_abs_diff(sp, mg.state_dict()),
                               "epochs": a.hash_epochs, "steps_per_epoch": 88}
             print(f"{d}->{k} weights after {a.hash_epochs} epochs: plain {res['weights']['plain_sha256'][:12]} "
                   f"graph {res['weights']['graph_sha256'][:12]} max |diff| {res['weights']['max_abs_diff']:.3g}",
                   flush=True)
         if a.compile:  # the compiled step's weights against the plain fit's (a tolerance, not bit-equal)
-            hdata = generated(d, 88 * a.batch, dev)
-            mp = fit(d, k, hdata, a.hash_epochs, a.batch, dev, False)[0]
-            sp = mp.state_dict()
             res["compiled_weights"] = {"epochs": a.hash_epochs, "steps_per_epoch": 88, "plain_sha256": mp.state_sha256()}
             # the scale to read them against: the plain fit itself, its documents moved in the last bits
             noisy = generated(d, 88 * a.batch, dev)
             g = torch.Generator().manual_seed(1)
             noisy.docs.mul_(1 + 1e-7 * torch.randn(noisy.docs.shape, generator=g).to(dev))
             sn = fit(d, k, noisy, a.hash_epochs, a.batch, dev, False)[0].state_dict()
-            res["compiled_weights"]["plain_docs_perturbed_max_abs_diff"] = max(float((sp[n] - sn[n]).abs().max()) for n in sp)
+            res["compiled_weights"]["plain_docs_perturbed_max_abs_diff"] = max_abs_diff(sp, sn)
             print(f"{d}->{k} weights after {a.hash_epochs} epochs: plain with documents x (1 + 1e-7 N(0,1)), max |diff| "
                   f"from plain {res['compiled_weights']['plain_docs_perturbed_max_abs_diff']:.3g}", flush=True)
             for name, graph, compiled in dive_modes:
                 if compiled:
                     mc = fit(d, k, hdata, a.hash_epochs, a.batch, dev, graph, compiled=True)[0]
-                    sc = mc.state_dict()
-                    diff = max(float((sp[n] - sc[n]).abs().max()) for n in sp)
+                    diff = max_abs_diff(sp, mc.state_dict())
                     res["compiled_weights"][name] = {"sha256": mc.state_sha256(), "max_abs_diff_vs_plain": diff}
                     print(f"{d}->{k} weights after {a.hash_epochs} epochs: {name} {mc.state_sha256()[:12]}, max |diff| "
                           f"from plain {diff:.3g}", flush=True)

@@ -6,6 +6,7 @@ trained together, and gives the same bytes in two fresh processes.
 On a GPU the compiled kernels are Triton's and a CUDA graph records them; that side is timed and
 compared by benchmarks/captured_step.py --compile on a GPU. Here the kernels are Inductor's C++
 ones: the same graph capture and fusion, checked at config/config.yaml's DIVE hyperparameters."""
+import contextlib
 import json
 import os
 import subprocess
@@ -49,14 +50,21 @@ def data(d: int, triplets: int, seed: int = 0) -> FitData:
     return FitData.from_arrays(docs, queries, tq, tp, tn, ones, 0 * ones, "cpu")
 
 
-def fit(d, k, fd, compile_step, hp, seed=2027):
-    DIVE.compile_step = compile_step
+@contextlib.contextmanager
+def compiling(on: bool):
+    """DIVE's step compiled (or not) inside the block, back to the default after."""
+    DIVE.compile_step = on
     try:
+        yield
+    finally:
+        DIVE.compile_step = False
+
+
+def fit(d, k, fd, compile_step, hp, seed=2027):
+    with compiling(compile_step):
         m = new_method("dive", d, k, hp, seed)
         log = TrainLog()
         m.fit(fd, log, progress=False)
-    finally:
-        DIVE.compile_step = False
     return m, log.rows
 
 
@@ -94,12 +102,9 @@ def test_compiled_fits_trained_together_match_the_plain_ones():
     fd = data(64, 3 * 32 + 7)
 
     def together(compile_step):
-        DIVE.compile_step = compile_step
-        try:
+        with compiling(compile_step):
             ms = [new_method("dive", 64, 8, hp, 2027 + i) for i in range(2)]
             TorchMethod.fit_together(ms, fd, [TrainLog() for _ in ms], progress=False)
-        finally:
-            DIVE.compile_step = False
         return ms
 
     for c, p in zip(together(True), together(False)):
