@@ -50,6 +50,15 @@ def _check_precision(backbone_id: str, precision: str) -> str:
     return precision
 
 
+def _warn_if_slow(precision: str, device: str, backbone_id: str) -> None:
+    """Log a warning where ``precision`` has no instructions on this CPU (many times slower)."""
+    from .provenance import slow_half_precision
+
+    msg = slow_half_precision(precision, device, f"backbones.{backbone_id}.precision")
+    if msg:
+        log.warning(msg)
+
+
 def _autocast(device: str, precision: str):
     import torch
 
@@ -126,6 +135,7 @@ class SentenceTransformerBackbone(Backbone):
         if spec.get("max_length"):
             self.model.max_seq_length = int(spec["max_length"])
         self.precision = _check_precision(backbone_id, spec.get("precision") or "fp32")
+        _warn_if_slow(self.precision, device, backbone_id)
         self._torch = torch
         # `prompts: {query: <name>, document: <name>}`: prompt names of the folder's
         # config_sentence_transformers.json (EmbeddingGemma: `query`, `document`), prepended to
@@ -193,6 +203,7 @@ class LLM2VecBackbone(Backbone):
 
         precision = _check_precision(
             backbone_id, spec.get("precision") or ("bf16" if device.startswith("cuda") else "fp32"))
+        _warn_if_slow(precision, device, backbone_id)
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         kwargs: dict[str, Any] = {
             "pooling_mode": spec.get("pooling", "mean"),

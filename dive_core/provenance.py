@@ -57,17 +57,45 @@ SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", 
               "amx_bf16", "amx_tile", "asimd", "sve")
 
 
-def cpu_flags() -> list[str]:
-    """The CPU's SIMD extensions among :data:`SIMD_FLAGS` (Linux /proc/cpuinfo; [] elsewhere)."""
+def _cpuinfo_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str] | None:
+    """Every flag of the first CPU in ``cpuinfo`` (x86 ``flags``, Arm ``Features``); None where it
+    cannot be read (not Linux)."""
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+        with open(cpuinfo, encoding="utf-8") as fh:
             for line in fh:
                 if line.startswith(("flags", "Features")):
-                    have = set(line.split(":", 1)[1].split())
-                    return [f for f in SIMD_FLAGS if f in have]
+                    return set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return []
+    return None
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's SIMD extensions among :data:`SIMD_FLAGS` (Linux /proc/cpuinfo; [] elsewhere)."""
+    have = _cpuinfo_flags() or set()
+    return [f for f in SIMD_FLAGS if f in have]
+
+
+# the CPU flags of instructions that compute in a half-precision type (x86: AVX-512 and AMX; Arm:
+# BF16 and FP16 arithmetic). Without one, PyTorch runs bf16/fp16 through slow generic kernels:
+# MiniLM embedded at 2.6 docs/s in bf16 against 14.3 in fp32 on an AVX2 EPYC, gemma's first 16
+# SciFact documents took over 9 minutes (docs/performance.md, "bf16 embedding")
+NATIVE_HALF = {"bf16": ("avx512_bf16", "amx_bf16", "bf16"), "fp16": ("avx512_fp16", "amx_fp16", "fphp")}
+
+
+def slow_half_precision(precision: str, device: str, key: str, cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The warning for the config key ``key`` set to ``precision`` where it runs on ``device`` and this
+    CPU has no instructions for that type; None for fp32, a GPU, a CPU that has them, or one whose
+    flags cannot be read."""
+    if precision not in NATIVE_HALF or not str(device).startswith("cpu"):
+        return None
+    have = _cpuinfo_flags(cpuinfo)
+    if have is None or have.intersection(NATIVE_HALF[precision]):
+        return None
+    return (f"{key}: {precision} on a CPU without {precision} instructions ({cpu_model()}; none of "
+            f"{', '.join(NATIVE_HALF[precision])}): PyTorch runs it in generic kernels, many times slower than "
+            f"fp32 (docs/performance.md, 'bf16 embedding'). Set {key}: fp32 on this machine, or run on a GPU "
+            f"or a CPU with them (results then differ from {precision}'s within rounding).")
 
 
 # environment variables that change how many threads the math libraries use or which kernels they pick

@@ -8,6 +8,7 @@ import logging
 import math
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from . import numerics
+from .provenance import slow_half_precision
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +129,12 @@ def check_precision(precision: str, owner: str = "") -> str:
 
 def precision_context(precision: str, device: torch.device | str = "cpu"):
     """The context a training forward pass runs in: nothing for ``fp32``, bfloat16 autocast on
-    the device's type for ``bf16``."""
-    import contextlib
-
+    the device's type for ``bf16`` (with a warning on a CPU without bf16 instructions)."""
     if check_precision(precision) == "fp32":
         return contextlib.nullcontext()
+    msg = slow_half_precision(precision, torch.device(device).type, "training.precision")
+    if msg:
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 

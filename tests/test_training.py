@@ -69,3 +69,21 @@ def test_every_trained_method_trains_under_bf16_with_its_configured_hyperparamet
     assert all(math.isfinite(r["total"]) for r in log.rows)
     assert all(t.dtype == torch.float32 for t in m.state_dict().values() if t.is_floating_point())
     assert any(not torch.equal(before[n], t) for n, t in m.state_dict().items() if t.is_floating_point())
+
+
+@pytest.mark.parametrize("flags, warned", [({"avx2", "fma"}, True), ({"avx2", "avx512_bf16"}, False)])
+def test_bf16_training_on_a_cpu_without_bf16_warns(monkeypatch, flags, warned):
+    """training.precision: bf16 on a CPU without bf16 instructions warns (in the train job's log),
+    naming the key and the fix; with them, or in fp32, nothing is said."""
+    import warnings
+
+    from dive_core import provenance
+
+    monkeypatch.setattr(provenance, "_cpuinfo_flags", lambda cpuinfo="": flags)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _one_step("bf16")
+        _one_step("fp32")
+    said = [str(w.message) for w in caught if "without bf16 instructions" in str(w.message)]
+    assert len(said) == (1 if warned else 0), said
+    assert not said or said[0].startswith("training.precision: bf16") and "Set training.precision: fp32" in said[0]
