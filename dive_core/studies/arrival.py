@@ -16,12 +16,14 @@ from .shared import (
     study_backbones, suptitle,
 )
 
-LABEL_FREE = ("truncate", "pca", "autoencoder")  # compressed without labels
+LABEL_FREE = ("truncate", "pca", "autoencoder")  # the label-free baselines the other methods are tested against
 REFERENCE = "frozen"  # the uncompressed reference at full dimension
 
 
-def is_supervised(method_type: str) -> bool:
-    """Every method type that is neither frozen nor label-free (mrl, search_adaptor, smec, dive, ...)."""
+def is_candidate(method_type: str) -> bool:
+    """Every method type that is neither frozen nor one of the label-free baselines: the supervised
+    ones (mrl, search_adaptor, smec, dive, ...) and any other method a study brings, such as CSR's
+    ``csr_free``, which reads no label but is a candidate, not a baseline."""
     return method_type not in (REFERENCE, *LABEL_FREE)
 
 
@@ -152,8 +154,8 @@ def manifest_facts(ctx: StudyContext) -> list[str]:
 
 def paired_rows(summary: Mapping, ctx: StudyContext, backbones: Sequence[str]) -> list[dict]:
     """Per backbone, dataset and non-empty stratum: every compressed method against frozen and
-    against the backbone's own truncation (when the study has it), and every supervised method
-    against the best label-free compressed method of that stratum (by mean over seeds); per-query nDCG@10 averaged over seeds, two-sided paired randomization test."""
+    against the backbone's own truncation (when the study has it), and every candidate method
+    (:func:`is_candidate`) against the best label-free baseline of that stratum (by mean over seeds); per-query nDCG@10 averaged over seeds, two-sided paired randomization test."""
     out = []
     for bb in backbones:
         for ds in ctx.datasets:
@@ -178,8 +180,8 @@ def paired_rows(summary: Mapping, ctx: StudyContext, backbones: Sequence[str]) -
                     continue
                 base = _best(summary, bb, ds, st, ctx.methods, LABEL_FREE)
                 for me in compressed:
-                    supervised = is_supervised(summary[(bb, ds, me)]["method_type"])
-                    vs = ([ref] if ref else []) + ([base] if base and supervised else [])
+                    candidate = is_candidate(summary[(bb, ds, me)]["method_type"])
+                    vs = ([ref] if ref else []) + ([base] if base and candidate else [])
                     # the backbone's own truncation, the start of a Matryoshka-trained backbone
                     if (bb, ds, report.TRUNCATION) in summary and me != report.TRUNCATION and report.TRUNCATION not in vs:
                         vs.append(report.TRUNCATION)
@@ -196,8 +198,10 @@ def paired_markdown(rows: Sequence[Mapping]) -> list[str]:
     if not rows:
         return []
     lines = ["", "### Paired tests per stratum", "",
-             "Each compressed method against frozen (uncompressed, full dimension), and each supervised method "
-             "against the best label-free compressed method (truncate, PCA, autoencoder) of the same stratum, by "
+             "Each compressed method against frozen (uncompressed, full dimension) and the backbone's truncation (where "
+             "the study has it), and "
+             "each other method (every supervised one, and CSR's label-free csr-free) against the best label-free "
+             "baseline (truncate, PCA, autoencoder) of the same stratum, by "
              "mean nDCG@10 over seeds. Per-query nDCG@10 averaged over seeds; Δ = method − vs; two-sided paired "
              "randomization test, 10,000 sign flips. Empty strata are left out.", "",
              "| backbone | dataset | stratum | n | method | vs | Δ mean | p |", "|---|---|---|---|---|---|---|---|"]
