@@ -521,3 +521,43 @@ def test_shared_scifact_fingerprint_matches_official(shared_scifact):
     assert fp == known
     assert fp["corpus.jsonl"] == "dec31c8182f3d744c7d2c09423756fd1d17cbef75808db13ba01cc0aab4d1ac6"
     data.check_known_hashes(fp, known, str(root))  # does not raise
+
+
+def test_scifact_tiny_is_derived_byte_for_byte_from_the_official_scifact(shared_scifact, tmp_path):
+    """`python -m dive_core.data.derive BEIR_DIR` writes scifact-tiny, which the SLURM tests run on,
+    from the official SciFact alone: the bytes pinned in the registry (which staging checks) and in
+    derive.SHA256, equal to the copy shipped beside SciFact where there is one. A second call keeps
+    it; a copy with other bytes, or a SciFact missing a judged document, is refused by name."""
+    from dive_core.data import derive
+
+    registry = yaml.safe_load((REPO / "config" / "datasets.yaml").read_text())
+    assert registry["scifact-tiny"]["files"] == derive.SHA256
+    assert registry["scifact-tiny"]["subdir"] == derive.SUBDIR
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    (beir / "scifact").symlink_to(shared_scifact)
+    dest = derive.write_beir_dir(beir)
+    assert dest == beir / derive.SUBDIR and data.fingerprint(dest) == derive.SHA256
+    qrels = (dest / "qrels" / "test.tsv").read_bytes()
+    assert qrels.startswith(b"query-id\tcorpus-id\tscore\r\n") and qrels.count(b"\r\n") == 61
+    assert len(data.load_beir(dest).corpus) == 500 and len(data.load_beir(dest).queries) == 50
+    shipped = shared_scifact.parent / derive.SUBDIR
+    if shipped.is_dir():
+        assert data.fingerprint(shipped) == derive.SHA256
+    assert derive.write_beir_dir(beir) == dest  # kept
+    data.stage_dataset("scifact-tiny", registry["scifact-tiny"], tmp_path / "staged", local_dir=beir, mode="link")
+
+    (dest / "queries.jsonl").write_bytes(b"")
+    with pytest.raises(DataError, match=r"queries.jsonl: exists with other bytes"):
+        derive.write_beir_dir(beir)
+    broken = tmp_path / "broken"
+    (broken / "scifact" / "qrels").mkdir(parents=True)
+    lines = gzip.decompress((shared_scifact / "corpus.jsonl.gz").read_bytes()).splitlines(keepends=True)
+    judged = b'{"_id": "31715818", '  # relevant to test query 1 (qrels/test.tsv's first row)
+    assert sum(line.startswith(judged) for line in lines) == 1
+    (broken / "scifact" / "corpus.jsonl").write_bytes(b"".join(x for x in lines if not x.startswith(judged)))
+    for name in ("queries.jsonl", "qrels/test.tsv"):
+        (broken / "scifact" / name).symlink_to(shared_scifact / name)
+    with pytest.raises(DataError, match=r"broken/scifact: not the official SciFact \(judged documents"):
+        derive.write_beir_dir(broken)
+    assert not (broken / derive.SUBDIR).exists()

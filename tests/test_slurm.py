@@ -9,10 +9,12 @@ run (tests/conftest.py)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -32,11 +34,25 @@ THREE_SHARDS = "backbones={minilm: {shards: 3}}"
 CPU_ONLY = "gpu=0"  # the documented switch for a cluster without GPUs (docs/cluster.md)
 
 
+@functools.lru_cache(maxsize=None)
+def tiny_beir_dir(root: Path) -> Path:
+    """A local BEIR directory with scifact-tiny: ``root`` if it has it, else a temporary one beside
+    ``root``'s SciFact where dive_core.data.derive writes it (a plain official BEIR copy has none)."""
+    from dive_core.data import derive
+
+    if (root / derive.SUBDIR).is_dir():
+        return root
+    out = Path(tempfile.mkdtemp(prefix="beir-scifact-tiny-"))
+    (out / derive.SOURCE).symlink_to(root / derive.SOURCE)
+    derive.write_beir_dir(out)
+    return out
+
+
 def beir_env() -> dict:
     root = shared_beir_dir()
     if not (root / "scifact").is_dir():
         pytest.skip(f"needs the official BEIR SciFact (scifact-tiny is cut from it); looked in {root / 'scifact'}")
-    return dict(os.environ, BEIR_DATA_DIR=str(root))
+    return dict(os.environ, BEIR_DATA_DIR=str(tiny_beir_dir(root)))
 
 
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:

@@ -10,6 +10,8 @@ stage   staging a local BEIR copy (link or copy) or a verified zip, with its sou
 check   the collection checker: ``python -m dive_core.data check DIR`` checks a collection of
         one's own in this layout before any job reads it: every problem, with file:line
         (:func:`check_collection`)
+derive  ``scifact-tiny``, the SLURM tests' slice of the official SciFact, written byte for byte
+        from it: ``python -m dive_core.data.derive BEIR_DIR`` (not re-exported: a command)
 
 Every public name is re-exported here, and the rest of the code imports it from here
 (``from dive_core.data import load_beir``, ``data.stage_dataset``). The sha256 helpers are
