@@ -1,0 +1,81 @@
+"""Every `snakemake` command that README.md, docs/ and the Makefile give a user still builds the
+targets it names when Snakemake parses it. Options such as ``--resources``, ``--configfile``,
+``--config``, ``--groups`` and ``--group-components`` take several values, so a target written after
+them is read as one more value: ``snakemake --cores 16 --resources gpu=1 all`` fails ("dictionary
+update sequence element #1 has length 1") instead of running ``all``. Each command is parsed with
+Snakemake's own argument parser; no workflow is loaded."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from snakemake.cli import get_argument_parser
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(r"^\s*```")
+SPAN = re.compile(r"`([^`]+)`")
+COMMAND = re.compile(r"(?:^|(?<=[\s/]))snakemake(?![\w-])(.*)")
+# what a user names as a target in these pages: a rule of the workflow or a file under results/
+TARGET = re.compile(r"^(all|compress_all|results/\S+)$")
+# what a Makefile recipe's $(SNAKEMAKE_ARGS) may hold (README.md's `make all` row)
+MAKE_ARGS = ["", "--configfile config/paper.yaml", "--resources gpu=1", "--config device=cpu",
+             "--set-threads train=4", "--forcerun train"]
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(``page:line``, the arguments after ``snakemake``) of every command in a code span or block,
+    cut at a shell operator or a comment."""
+    out = []
+    for page in PAGES:
+        in_block = False
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if FENCE.match(line):
+                in_block = not in_block
+                continue
+            for piece in [line] if in_block else SPAN.findall(line):
+                m = COMMAND.search(piece)
+                if m:
+                    rest = re.split(r"\s(?:#|\||&&|;|>|2>)|\s{2,}", " " + m.group(1).lstrip())[0]
+                    out.append((f"{page.relative_to(REPO)}:{n}", rest.strip()))
+    return out
+
+
+def make_commands() -> list[tuple[str, str]]:
+    """The Makefile's snakemake recipes with each sample of $(SNAKEMAKE_ARGS) put in."""
+    out = []
+    lines = (REPO / "Makefile").read_text(encoding="utf-8").replace("\\\n", " ").splitlines()
+    for n, line in enumerate(lines, 1):
+        m = re.search(r"\$\(BIN\)/snakemake (--cores .*)", line)
+        if m and "$(SNAKEMAKE_ARGS)" in line:
+            for extra in MAKE_ARGS:
+                args = m.group(1).replace("$(CORES)", "2").replace("$(SNAKEMAKE_ARGS)", extra)
+                out.append((f"Makefile:{n} SNAKEMAKE_ARGS='{extra}'", args))
+    return out
+
+
+def parsed_targets(args: str) -> list[str]:
+    namespace, _ = get_argument_parser().parse_known_args(shlex.split(args))
+    return list(namespace.targets or [])
+
+
+def test_the_pages_hold_the_commands_this_test_reads():
+    found = dict(documented_commands())
+    assert len(found) >= 30
+    assert "--cores 2 results/scifact/dive/seed2027.json" in found.values()
+    assert len(make_commands()) == 3 * len(MAKE_ARGS)  # make all, smoke and dry-run
+
+
+@pytest.mark.parametrize("where, args", documented_commands() + make_commands())
+def test_a_documented_snakemake_command_keeps_its_targets(where, args):
+    named = [t for t in shlex.split(args) if TARGET.match(t)]
+    try:
+        targets = parsed_targets(args)
+    except Exception as exc:  # Snakemake's parser raises on a target taken as an option's value
+        pytest.fail(f"{where}: `snakemake {args}` does not parse: {exc!r}")
+    assert set(named) <= set(targets), (f"{where}: in `snakemake {args}` Snakemake reads {targets} as the "
+                                        f"targets, not {named}: put the targets before options that take "
+                                        "several values, or after `--`")
