@@ -20,6 +20,8 @@ min_version("9.0")
 # Relative to this file, so that `--directory elsewhere` still finds the defaults; any
 # --configfile / --config given on the command line is merged on top.
 DEFAULT_CONFIG = os.path.join(workflow.basedir, "config", "config.yaml")
+# a YAML error in it names the file and line (Snakemake's own parse below names neither)
+dcfg.load_yaml(DEFAULT_CONFIG)
 
 
 configfile: DEFAULT_CONFIG

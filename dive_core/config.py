@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -173,3 +173,28 @@ def _coerce(value: Any, schema: Any, root: Mapping) -> Any:
         items = _branch(schema, root, value).get("items")
         return [_coerce(v, items if isinstance(items, Mapping) else {}, root) for v in value]
     return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dive_core.config FILE...``: each YAML file parsed as the workflow parses its
+    configuration; a syntax error is printed with its file and line (Snakemake reads a
+    ``--configfile`` before the workflow starts, and its error names neither). Exit 1 on any error."""
+    import sys
+
+    files = list(sys.argv[1:] if argv is None else argv)
+    if not files:
+        print("usage: python -m dive_core.config FILE [FILE ...]", file=sys.stderr)
+        return 2
+    bad = 0
+    for f in files:
+        try:
+            load_yaml(f)
+            print(f"{f}: valid YAML")
+        except ConfigError as exc:
+            print(exc, file=sys.stderr)
+            bad += 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -57,3 +57,19 @@ def test_command_line_values_get_the_schemas_types():
     assert not list(Draft202012Validator(schema).iter_errors(merged))
     assert dcfg.command_line_values({"threads": 8}, schema, defaults)["threads"] == {r: 8 for r in defaults["threads"]}
     assert dcfg.command_line_values({"gpu": True}, schema, defaults)["gpu"] is True  # not a count: schema refuses
+
+
+def test_a_yaml_error_names_its_file_and_line(tmp_path, capsys):
+    """A YAML syntax error in a configuration file is reported with its file and line, by the loader
+    the workflow uses and by `python -m dive_core.config FILE...` (for `--configfile` files, which
+    Snakemake parses before the workflow starts, with an error that names neither)."""
+    import pytest
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("backbone: minilm\nseeds: [2027, 2028\n  epochs: 3\n")
+    with pytest.raises(dcfg.ConfigError, match=rf"^{bad}:3: invalid YAML: expected ',' or '\]'"):
+        dcfg.load_yaml(bad)
+    assert dcfg.main([str(REPO / "config" / "config.yaml"), str(bad)]) == 1
+    out = capsys.readouterr()
+    assert f"{REPO / 'config' / 'config.yaml'}: valid YAML" in out.out and f"{bad}:3: invalid YAML" in out.err
+    assert dcfg.main([str(REPO / "config" / "paper.yaml")]) == 0

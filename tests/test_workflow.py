@@ -508,6 +508,26 @@ def test_a_dive_grid_selects_without_a_dependency_cycle(tmp_path):
     assert "results/selection/minilm/dive_config.json" in final.rsplit("rule train:", 1)[1]
 
 
+def test_a_yaml_error_in_the_default_config_names_its_file_and_line(tmp_path):
+    """config/config.yaml with a syntax error: the workflow stops naming the file and line, before
+    Snakemake's own parse (whose error names neither). Run on a copy of the checkout whose
+    config/ holds the broken file."""
+    import shutil
+
+    wf = tmp_path / "checkout"
+    wf.mkdir()
+    for name in ("Snakefile", "rules", "dive_core", "workflow_scripts", "profiles", "report"):
+        (wf / name).symlink_to(REPO / name)
+    shutil.copytree(REPO / "config", wf / "config")
+    text = (wf / "config" / "config.yaml").read_text().replace("seeds: [2027, 2028, 2029]", "seeds: [2027, 2028")
+    assert text != (REPO / "config" / "config.yaml").read_text()
+    (wf / "config" / "config.yaml").write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(wf / "Snakefile"), "-n",
+                           "--cores", "1"], cwd=wf, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and re.search(r"config/config\.yaml:\d+: invalid YAML", out), out[-3000:]
+
+
 def test_bad_config_is_reported_with_its_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("methods:\n  dive:\n    mragin: 0.7\n")
