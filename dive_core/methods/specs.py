@@ -321,7 +321,7 @@ def resolve_hparams(name: str, entry: Mapping[str, Any], training: Mapping[str, 
     unknown = set(entry) - set(s.hyperparameters) - ENTRY_KEYS
     if unknown:
         raise ValueError(
-            f"config methods.{name}: unknown key(s) {sorted(unknown)} for method type "
+            f"config: methods.{name}: unknown key(s) {sorted(unknown)} for method type "
             f"{s.type!r}; it accepts {sorted(s.hyperparameters)}"
         )
     out = {}
@@ -331,5 +331,5 @@ def resolve_hparams(name: str, entry: Mapping[str, Any], training: Mapping[str, 
         elif key in training:
             out[key] = training[key]
         else:
-            raise ValueError(f"config methods.{name}: missing hyperparameter {key!r} (type {s.type!r})")
+            raise ValueError(f"config: methods.{name}: missing hyperparameter {key!r} (type {s.type!r})")
     return out
