@@ -20,8 +20,9 @@ min_version("9.0")
 # Relative to this file, so that `--directory elsewhere` still finds the defaults; any
 # --configfile / --config given on the command line is merged on top.
 DEFAULT_CONFIG = os.path.join(workflow.basedir, "config", "config.yaml")
-# a YAML error in it names the file and line (Snakemake's own parse below names neither)
-dcfg.load_yaml(DEFAULT_CONFIG)
+# Read once here, so that a YAML error in it names the file and line (Snakemake's own parse below
+# names neither); the defaults are read-only below (key order, per-rule shorthands).
+DEFAULTS = dcfg.load_yaml(DEFAULT_CONFIG)
 
 
 configfile: DEFAULT_CONFIG
@@ -33,9 +34,7 @@ configfile: DEFAULT_CONFIG
 # that every rule and input function reads (dive_core.plan.resolve: generated method variants,
 # semantic checks, the defaults file's key order).
 SCHEMA = os.path.join(workflow.basedir, "config", "schema", "config.schema.yaml")
-CONFIG = dcfg.command_line_values(
-    copy.deepcopy(config), dcfg.load_yaml(SCHEMA), dcfg.load_yaml(DEFAULT_CONFIG)
-)
+CONFIG = dcfg.command_line_values(copy.deepcopy(config), dcfg.load_yaml(SCHEMA), DEFAULTS)
 
 
 validate(CONFIG, SCHEMA)
@@ -44,7 +43,7 @@ validate(CONFIG, SCHEMA)
 PLAN = plan.resolve(
     CONFIG,
     dcfg.load_registry(os.path.join(workflow.basedir, CONFIG["dataset_registry"])),
-    defaults=dcfg.load_yaml(DEFAULT_CONFIG),
+    defaults=DEFAULTS,
     registry_file=CONFIG["dataset_registry"],
 )
 

@@ -20,7 +20,6 @@ scores mean nothing: it exists to make the tests that need real text fast.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import shutil
@@ -28,6 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..hashing import sha256_bytes, sha256_file
 from .load import CORPUS, QUERIES, DataError, dataset_files, read_decompressed
 
 NAME = "scifact-tiny"
@@ -84,7 +84,7 @@ def write_beir_dir(beir_dir: str | Path) -> Path:
     dest = beir_dir / SUBDIR
     made = files(beir_dir / SOURCE)
     for rel, data in made.items():
-        got = hashlib.sha256(data).hexdigest()
+        got = sha256_bytes(data)
         if got != SHA256[rel]:
             raise DataError(f"{beir_dir / SOURCE}: scifact-tiny's {rel} would have sha256 {got}, not the "
                             f"pinned {SHA256[rel]} (not the official SciFact, or this Python's random.sample "
@@ -92,7 +92,7 @@ def write_beir_dir(beir_dir: str | Path) -> Path:
     if dest.exists():
         for rel, want in SHA256.items():
             f = dest / rel
-            if not f.is_file() or hashlib.sha256(f.read_bytes()).hexdigest() != want:
+            if not f.is_file() or sha256_file(f) != want:
                 raise DataError(f"{f}: exists with other bytes than scifact-tiny's; move {dest} away first")
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
