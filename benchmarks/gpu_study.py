@@ -6,15 +6,24 @@ Here (a checkout whose default run has embedded SciFact with MiniLM)::
 
 copies into ``--dest`` what the GPU node cannot make itself: SciFact's BEIR files (``--beir``, the
 official layout) and MiniLM's embeddings of it (``results/scifact/minilm/embeddings.h5``; MiniLM's
-weights, 88 MB in their wheel, do not fit the device's 64 MiB carry). The packages the node lacks
-(Snakemake and what it needs, faiss-cpu, pytrec_eval) travel as wheels in ``.whl`` (see
-docs/performance.md for the command that downloads them).
+weights, 88 MB in their wheel, do not fit the device's 64 MiB carry). Then::
 
-There (the GPU node, from the repository root, the wheels installed on ``PYTHONPATH``)::
+    .venv/bin/python benchmarks/gpu_study.py wheels [--dest .gpucarry/wheels] [--python-version 3.12]
 
-    python3 benchmarks/gpu_study.py run --carry .gpucarry --out $OUT [--cores 16] [--gpus 1]
+downloads from PyPI, for the node's Python (3.12 on the H100 machines so far) on Linux x86_64, the
+wheels of what the study needs beyond the node's PyTorch stack: :data:`NODE_ROOTS` and every package
+they need, at ``requirements.lock``'s versions and checked against its sha256 (:func:`node_wheels`;
+not Snakemake's optional ``pulp``, 16 MB: the node runs ``--scheduler greedy``). Carry both with
+``run(..., carry=[".gpucarry"])``: at most 64 MiB in all.
 
-stages SciFact from the carried files (rule ``stage_beir``, a real job), puts the carried
+There (the GPU node, from the repository root)::
+
+    python3 benchmarks/gpu_study.py run --carry .gpucarry --out $OUT [--cores 16] [--gpus 1] -- --scheduler greedy
+
+installs the carried wheels that the node has no distribution of (``pip install --no-deps --target``;
+one it has is used as it is, never shadowed; ``packages.txt`` in ``--out`` lists both) and puts them
+on ``PYTHONPATH`` for Snakemake and its jobs (:func:`install_missing`), stops at once if the study's
+imports (:data:`NODE_IMPORTS`) fail, stages SciFact from the carried files (rule ``stage_beir``, a real job), puts the carried
 embeddings in place and marks them up to date (``snakemake --touch``: the embedding is the one
 step not rerun), then runs and times ``snakemake --cores N --resources gpu=G all`` (the config's
 default study). It writes to ``--out``: ``timeline.tsv`` (one row per job: rule, job id,
@@ -167,8 +176,11 @@ def carry(a) -> int:
         print(f"gpu_study carry: {beir}: no BEIR SciFact there (queries.jsonl, corpus.jsonl[.gz], qrels/)",
               file=sys.stderr)
         return 2
-    if dest.exists():
-        shutil.rmtree(dest)
+    for old in dest.iterdir() if dest.exists() else ():  # all but the wheels (gpu_study.py wheels)
+        if old.is_dir() and old.name != "wheels":
+            shutil.rmtree(old)
+        elif not old.is_dir():
+            old.unlink()
     shutil.copytree(beir, dest / "beir" / "scifact", copy_function=shutil.copy)  # files, not links
     shutil.copy(src, dest / "embeddings.h5")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -178,6 +190,159 @@ def carry(a) -> int:
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     print(f"{dest}: {size / 2**20:.1f} MiB")
     return 0
+
+
+REPO = Path(__file__).resolve().parent.parent
+LOCK = REPO / "requirements.lock"
+# what the study imports that the GPU node's PyTorch stack (torch, sentence-transformers, h5py,
+# safetensors, numpy, scipy, pytest) does not bring: the workflow, FAISS, trec_eval, the figures
+NODE_ROOTS = ("snakemake", "faiss-cpu", "pytrec-eval-terrier", "matplotlib", "jsonschema", "pyyaml", "tqdm")
+NODE_LEFT_OUT = ("pulp",)  # Snakemake's ILP scheduler, 16 MB: `--scheduler greedy` instead
+# the node's own stack (PyTorch, sentence-transformers and what they install), never carried even where a
+# root needs it: numpy (matplotlib's) is the one the node's PyTorch was built against, and pillow
+# (matplotlib's, 7 MB) comes with sentence-transformers; :data:`NODE_IMPORTS` checks them before the run
+NODE_HAS = ("torch", "numpy", "scipy", "h5py", "safetensors", "sentence-transformers", "transformers",
+            "tokenizers", "huggingface-hub", "pytest", "pillow", "tqdm", "typing-extensions", "scikit-learn")
+# what the study's jobs import, checked on the node before its clock starts
+NODE_IMPORTS = ("torch", "numpy", "h5py", "snakemake", "faiss", "pytrec_eval", "matplotlib.pyplot", "PIL", "yaml",
+                "jsonschema", "tqdm")
+CARRY_LIMIT_MIB = 64  # what a device call carries beside the working tree
+
+
+def _norm(name: str) -> str:
+    """A distribution's name as PEP 503 compares it (``PyYAML`` = ``pyyaml``, ``faiss_cpu`` = ``faiss-cpu``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_lock(path: Path = LOCK) -> dict[str, dict]:
+    """``requirements.lock`` (pip-compile's output): ``{name: {"line": the pin with its hashes,
+    "via": {the packages that need it}}}``, names as :func:`_norm` gives them."""
+    pins: dict[str, dict] = {}
+    name = None
+    in_via = False
+    for raw in path.read_text().splitlines():
+        if m := re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", raw):
+            name = _norm(m.group(1))
+            pins[name] = {"line": raw.rstrip(" \\"), "version": m.group(2), "hashes": [], "via": set()}
+            in_via = False
+        elif name and (m := re.match(r"^\s+--hash=(sha256:[0-9a-f]{64})", raw)):
+            pins[name]["hashes"].append(m.group(1))
+        elif name and (m := re.match(r"^\s+# via\s*(\S*)", raw)):
+            in_via = not m.group(1)
+            if m.group(1):
+                pins[name]["via"].add(_norm(m.group(1)))
+        elif name and in_via and (m := re.match(r"^\s+#\s+(\S+)", raw)):
+            pins[name]["via"].add(_norm(m.group(1)))
+        else:
+            in_via = False
+    return pins
+
+
+def node_wheels(pins: dict[str, dict], roots=NODE_ROOTS, left_out=NODE_LEFT_OUT + NODE_HAS) -> list[str]:
+    """:data:`NODE_ROOTS` and every package of ``pins`` they need (the lock's ``# via`` read the
+    other way), less ``left_out``; sorted."""
+    needs: dict[str, set[str]] = {}
+    for name, pin in pins.items():
+        for parent in pin["via"]:
+            needs.setdefault(parent, set()).add(name)
+    todo, found = [_norm(r) for r in roots], set()
+    while todo:
+        name = todo.pop()
+        if name in found or name in left_out:
+            continue
+        if name not in pins:
+            raise KeyError(f"{LOCK.name}: no pin of {name}")
+        found.add(name)
+        todo.extend(needs.get(name, ()))
+    return sorted(found)
+
+
+def _portable(whl: Path) -> bool:
+    """A wheel any CPython 3 on any platform installs (``py3-none-any``) or any CPython from its own
+    version on (``abi3``)."""
+    return whl.name.endswith("-none-any.whl") or "-abi3-" in whl.name
+
+
+def wheels(a) -> int:
+    """:func:`node_wheels` for the node's Python in ``a.dest``, every file checked against the
+    lock's sha256: ``pip wheel`` of them all here (a package published as a source archive only,
+    such as Snakemake's ``connection-pool``, becomes a pure-Python wheel), then each wheel built for
+    this Python alone replaced by the node's (``pip download`` for ``a.python_version``)."""
+    import tempfile
+
+    pins = read_lock()
+    names = node_wheels(pins)
+    dest = Path(a.dest)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+
+    def requirements(subset):
+        fh = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
+        with fh:
+            for n in subset:
+                fh.write(f"{n}=={pins[n]['version']} " + " ".join(f"--hash={h}" for h in pins[n]["hashes"]) + "\n")
+        return fh.name
+
+    def call(cmd) -> int:
+        print("+", " ".join(cmd), flush=True)
+        try:
+            return subprocess.call(cmd)
+        finally:
+            os.unlink(cmd[-1])
+
+    if rc := call([*pip, "wheel", "--no-deps", "--require-hashes", "-w", str(dest), "-r", requirements(names)]):
+        return rc
+    here = {_norm(w.name.split("-")[0]): w for w in dest.glob("*.whl") if not _portable(w)}
+    if here:
+        for w in here.values():
+            w.unlink()
+        py = a.python_version.replace(".", "")
+        if rc := call([*pip, "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
+                       "--implementation", "cp", "--python-version", a.python_version,
+                       "--abi", f"cp{py}", "--abi", "abi3", "--abi", "none",
+                       *(x for plat in a.platform for x in ("--platform", plat)), "-d", str(dest),
+                       "-r", requirements(sorted(here))]):
+            return rc
+    got = sorted(dest.glob("*.whl"))
+    missing = sorted(set(names) - {_norm(w.name.split("-")[0]) for w in got})
+    if missing:
+        print(f"gpu_study wheels: no wheel of {missing} in {dest}", file=sys.stderr)
+        return 2
+    size = sum(p.stat().st_size for p in got)
+    carry_size = sum(p.stat().st_size for p in dest.parent.rglob("*") if p.is_file())
+    print(f"{dest}: {len(got)} wheels ({len(here)} for Python {a.python_version}), {size / 2**20:.1f} MiB; "
+          f"{dest.parent}: {carry_size / 2**20:.1f} MiB in all")
+    if carry_size > CARRY_LIMIT_MIB * 2**20:
+        print(f"gpu_study wheels: {dest.parent} is over the {CARRY_LIMIT_MIB} MiB a device call carries", file=sys.stderr)
+        return 2
+    return 0
+
+
+def install_missing(wheel_dir: Path, site: Path) -> tuple[list[str], list[str]]:
+    """Install into ``site`` (``pip install --no-deps --no-index --target``) the wheels of
+    ``wheel_dir`` whose distribution this Python does not have, and put ``site`` first on
+    ``PYTHONPATH`` (for Snakemake and its jobs) and ``sys.path``. Returns (installed, kept: the
+    node's own, with their versions)."""
+    from importlib import metadata
+
+    installed, kept, todo = [], [], []
+    for whl in sorted(wheel_dir.glob("*.whl")):
+        name, version = whl.name.split("-")[:2]
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            todo.append(whl)
+            installed.append(f"{_norm(name)}=={version}")
+        else:
+            kept.append(f"{_norm(name)}=={have} (carried {version})")
+    if todo:
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
+                               "--no-deps", "--no-index", "--target", str(site), *map(str, todo)])
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    sys.path.insert(0, str(site))
+    return installed, kept
 
 
 def snakemake(args: list[str], log=None, timeout: float | None = None) -> int | None:
@@ -206,6 +371,15 @@ def run(a) -> int:
     os.environ["BEIR_DATA_DIR"] = str(carried / "beir")
     if (carried / "commit.txt").is_file():  # the node's copy has no git history: the carry's commit
         os.environ.setdefault("DIVE_GIT_COMMIT", (carried / "commit.txt").read_text().strip())
+    if (carried / "wheels").is_dir():
+        installed, kept = install_missing(carried / "wheels", out.parent / f".{out.name}-site")
+        (out / "packages.txt").write_text("".join(f"installed {p}\n" for p in installed)
+                                          + "".join(f"node's {p}\n" for p in kept))
+    check = subprocess.run([sys.executable, "-c", f"import {', '.join(NODE_IMPORTS)}"], capture_output=True, text=True)
+    if check.returncode:
+        print(f"gpu_study run: this Python cannot import what the study needs ({', '.join(NODE_IMPORTS)}):\n"
+              f"{check.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+        return 2
     base = ["--cores", str(a.cores), "--resources", f"gpu={a.gpus}", *a.snakemake_args]
     source = "data/beir/scifact/source.json"
     with open(out / "prepare.log", "w") as log:
@@ -257,6 +431,11 @@ def main(argv=None) -> int:
     c.add_argument("--results", default="results")
     c.add_argument("--beir", default=os.environ.get("BEIR_DATA_DIR", "data/beir"))
     c.add_argument("--dest", default=".gpucarry")
+    w = sub.add_parser("wheels", help="here: download the wheels the node lacks into --dest")
+    w.add_argument("--dest", default=".gpucarry/wheels")
+    w.add_argument("--python-version", default="3.12", help="the node's Python (3.12 on the H100 machines)")
+    w.add_argument("--platform", nargs="+", default=["manylinux_2_28_x86_64", "manylinux2014_x86_64",
+                                                    "manylinux_2_17_x86_64", "manylinux1_x86_64", "linux_x86_64"])
     r = sub.add_parser("run", help="there: stage, place the embeddings, run and time `all`")
     r.add_argument("--carry", default=".gpucarry")
     r.add_argument("--out", required=True)
@@ -270,7 +449,7 @@ def main(argv=None) -> int:
     u.add_argument("files", help="the folder the run's files came back to")
     u.add_argument("--results", required=True, help="the results folder to fill (e.g. results_h100)")
     a = ap.parse_args(argv)
-    return {"carry": carry, "run": run, "unpack": unpack}[a.cmd](a)
+    return {"carry": carry, "wheels": wheels, "run": run, "unpack": unpack}[a.cmd](a)
 
 
 if __name__ == "__main__":

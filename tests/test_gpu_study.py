@@ -150,3 +150,100 @@ def test_a_copy_without_git_history_records_the_carried_commit(tmp_path, monkeyp
     assert git_commit(tmp_path) == "b" * 40  # not a git checkout
     monkeypatch.delenv("DIVE_GIT_COMMIT")
     assert git_commit(tmp_path) == "unknown"
+
+
+LOCK = """# header
+alpha==1.0 \\
+    --hash=sha256:{a}
+    # via root
+beta==2.0 \\
+    --hash=sha256:{b} \\
+    --hash=sha256:{c}
+    # via
+    #   alpha
+    #   other
+numpy==9.9 \\
+    --hash=sha256:{a}
+    # via alpha
+other==3.0 \\
+    --hash=sha256:{b}
+    # via -r requirements.txt
+root==0.1 \\
+    --hash=sha256:{c}
+    # via -r requirements.txt
+""".format(a="a" * 64, b="b" * 64, c="c" * 64)
+
+
+def test_the_node_wheels_are_the_roots_and_what_they_need_from_the_lock(tmp_path):
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(LOCK)
+    pins = gpu_study.read_lock(lock)
+    assert pins["beta"]["via"] == {"alpha", "other"} and pins["beta"]["hashes"] == ["sha256:" + "b" * 64,
+                                                                                   "sha256:" + "c" * 64]
+    assert pins["root"]["via"] == {"-r"}  # requirements.txt: no package
+    # root needs alpha, alpha needs beta and numpy (the node's: left out); other is nobody's
+    assert gpu_study.node_wheels(pins, roots=("Root",), left_out=("numpy",)) == ["alpha", "beta", "root"]
+    # the repository's lock: the workflow, FAISS, trec_eval and the figures, not the node's stack
+    real = gpu_study.node_wheels(gpu_study.read_lock())
+    assert {"snakemake", "connection-pool", "faiss-cpu", "pytrec-eval-terrier", "matplotlib", "pyyaml",
+            "jsonschema", "snakemake-interface-common", "kiwisolver"} <= set(real)
+    assert not set(real) & {"pulp", "torch", "numpy", "pillow", "scipy", "pyarrow", "pandas", "transformers"}
+
+
+def _wheel(folder, name, version, module):
+    """A minimal pure-Python wheel of distribution ``name``, holding ``module``."""
+    import zipfile
+
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = folder / f"{dist}-py3-none-any.whl"
+    files = {f"{module}/__init__.py": "VALUE = 7\n",
+             f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{dist}.dist-info/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{dist}.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for f, text in files.items():
+            z.writestr(f, text)
+    return path
+
+
+def test_the_node_installs_the_carried_wheels_it_lacks_and_keeps_its_own(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from importlib import metadata
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "dive-carried-probe", "0.1", "dive_carried_probe")
+    _wheel(wheels, "numpy", "0.0.1", "numpy")  # the node's numpy must not be shadowed by a carried one
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    installed, kept = gpu_study.install_missing(wheels, tmp_path / "site")
+    assert installed == ["dive-carried-probe==0.1"]
+    assert kept == [f"numpy=={metadata.version('numpy')} (carried 0.0.1)"]
+    assert not (tmp_path / "site" / "numpy").exists()
+    assert sys.path[0] == str(tmp_path / "site")
+    assert __import__("os").environ["PYTHONPATH"] == f"{tmp_path / 'site'}:/elsewhere"
+    # a job started by Snakemake (a child process) imports it, and the node's numpy
+    out = subprocess.run([sys.executable, "-c", "import dive_carried_probe, numpy; "
+                          "print(dive_carried_probe.VALUE, numpy.__version__)"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["7", metadata.version("numpy")]
+
+
+def test_a_new_carry_keeps_the_downloaded_wheels_and_replaces_the_rest(tmp_path):
+    results, beir, dest = tmp_path / "results", tmp_path / "beir", tmp_path / ".gpucarry"
+    (results / "scifact" / "minilm").mkdir(parents=True)
+    (results / "scifact" / "minilm" / "embeddings.h5").write_bytes(b"new")
+    (beir / "scifact" / "qrels").mkdir(parents=True)
+    (beir / "scifact" / "queries.jsonl").write_text("{}\n")
+    (dest / "wheels").mkdir(parents=True)
+    (dest / "wheels" / "x-1-py3-none-any.whl").write_bytes(b"w")
+    (dest / "beir" / "stale").mkdir(parents=True)
+    (dest / "embeddings.h5").write_bytes(b"old")
+    args = type("A", (), {"dest": str(dest), "results": str(results), "beir": str(beir)})
+    assert gpu_study.carry(args) == 0
+    assert (dest / "wheels" / "x-1-py3-none-any.whl").read_bytes() == b"w"
+    assert (dest / "embeddings.h5").read_bytes() == b"new" and not (dest / "beir" / "stale").exists()
+    assert (dest / "beir" / "scifact" / "queries.jsonl").is_file()
+    assert (dest / "commit.txt").read_text().strip()  # this checkout's commit
