@@ -8,7 +8,7 @@ copies into ``--dest`` what the GPU node cannot make itself: SciFact's BEIR file
 official layout) and MiniLM's embeddings of it (``results/scifact/minilm/embeddings.h5``; MiniLM's
 weights, 88 MB in their wheel, do not fit the device's 64 MiB carry). Then::
 
-    .venv/bin/python benchmarks/gpu_study.py wheels [--dest .gpucarry/wheels] [--python-version 3.12]
+    .venv/bin/python benchmarks/gpu_study.py wheels [--carry .gpucarry] [--python-version 3.12]
 
 downloads from PyPI, for the node's Python (3.12 on the H100 and H200 machines so far) on Linux
 x86_64, the wheels of what the study needs that the node's image lacks: :data:`NODE_ROOTS` and every
@@ -22,9 +22,10 @@ There (the GPU node, from the repository root)::
     python3 benchmarks/gpu_study.py run --carry .gpucarry --out $OUT [--cores 16] [--gpus 1] -- --scheduler greedy
 
 installs the carried wheels that the node has no distribution of (``pip install --no-deps --target``;
-one it has is used as it is, never shadowed; ``packages.txt`` in ``--out`` lists both) and puts them
-on ``PYTHONPATH`` for Snakemake and its jobs (:func:`install_missing`), stops at once if the study's
-imports (:data:`NODE_IMPORTS`) fail, stages SciFact from the carried files (rule ``stage_beir``, a real job), puts the carried
+one it has is used as it is, never shadowed; ``summary.json`` lists both, and the carried
+requirements a kept version does not meet) and puts them on ``PYTHONPATH`` for Snakemake and its jobs
+(:func:`install_missing`), stops before the study if Snakemake's or the jobs' imports
+(:data:`NODE_IMPORTS`) fail, stages SciFact from the carried files (rule ``stage_beir``, a real job), puts the carried
 embeddings in place and marks them up to date (``snakemake --touch``: the embedding is the one
 step not rerun), then runs and times ``snakemake --cores N --resources gpu=G all`` (the config's
 default study). It writes to ``--out``: ``timeline.tsv`` (one row per job: rule, job id,
@@ -188,9 +189,7 @@ def carry(a) -> int:
     from dive_core.provenance import git_commit
 
     (dest / "commit.txt").write_text(git_commit(Path.cwd()) + "\n")
-    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
-    print(f"{dest}: {size / 2**20:.1f} MiB")
-    return 0
+    return 0 if carry_fits(dest) else 2
 
 
 REPO = Path(__file__).resolve().parent.parent
@@ -208,10 +207,14 @@ NODE_HAS = ("torch", "numpy", "scipy", "h5py", "safetensors", "sentence-transfor
             "contourpy", "cycler", "fonttools", "kiwisolver", "pyparsing", "python-dateutil", "packaging", "pyyaml",
             "jinja2", "markupsafe", "requests", "urllib3", "idna", "certifi", "charset-normalizer", "attrs",
             "psutil", "tabulate", "wrapt")
-# what the study's jobs import, checked on the node before its clock starts
-NODE_IMPORTS = ("torch", "numpy", "h5py", "snakemake", "faiss", "pytrec_eval", "matplotlib.pyplot", "PIL", "yaml",
-                "jsonschema", "tqdm")
-CARRY_LIMIT_MIB = 64  # what a device call carries: the working tree and the carried folders together
+# what Snakemake and the study's jobs import, checked on the node before the study starts
+# (snakemake.cli: the scheduler, persistence, executors and their packages; utils: validate's jsonschema)
+NODE_IMPORTS = ("torch", "numpy", "h5py", "snakemake.cli", "snakemake.utils", "faiss", "pytrec_eval",
+                "matplotlib.pyplot", "PIL", "yaml", "jsonschema", "tqdm")
+CARRY_LIMIT_MIB = 64  # what a device call sends: the working tree and the carried folders together
+# pip matches a manylinux_2_N tag only where N is named
+PLATFORMS = ("manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64",
+             *(f"manylinux_2_{n}_x86_64" for n in range(5, 40)), "linux_x86_64")
 
 
 def tree_bytes(repo: Path = REPO) -> int:
@@ -220,6 +223,17 @@ def tree_bytes(repo: Path = REPO) -> int:
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo,
                          capture_output=True, check=True).stdout
     return sum((repo / f).stat().st_size for f in out.decode().split("\0") if f and (repo / f).is_file())
+
+
+def carry_fits(carried: Path) -> bool:
+    """Whether ``carried`` and the working tree fit what a device call sends; says how much either way."""
+    size = sum(p.stat().st_size for p in carried.rglob("*") if p.is_file())
+    tree = tree_bytes()
+    fits = size + tree <= CARRY_LIMIT_MIB * 2**20
+    print(f"{carried}: {size / 2**20:.1f} MiB; with the working tree {(size + tree) / 2**20:.1f} MiB"
+          + ("" if fits else f", over the {CARRY_LIMIT_MIB} MiB a device call sends"),
+          file=sys.stdout if fits else sys.stderr)
+    return fits
 
 
 def _norm(name: str) -> str:
@@ -270,22 +284,28 @@ def node_wheels(pins: dict[str, dict], roots=NODE_ROOTS, left_out=NODE_LEFT_OUT 
     return sorted(found)
 
 
-def _portable(whl: Path) -> bool:
-    """A wheel any CPython 3 on any platform installs (``py3-none-any``) or any CPython from its own
-    version on (``abi3``)."""
-    return whl.name.endswith("-none-any.whl") or "-abi3-" in whl.name
+def fits_node(whl: Path, python_version: str, platforms=PLATFORMS) -> bool:
+    """Whether CPython ``python_version`` on one of ``platforms`` installs wheel ``whl`` (its tags
+    against the interpreter's, as pip reads them)."""
+    from packaging.tags import compatible_tags, cpython_tags
+    from packaging.utils import parse_wheel_filename
+
+    version = tuple(int(x) for x in python_version.split(".")[:2])
+    ok = {*cpython_tags(version, platforms=platforms), *compatible_tags(version, platforms=platforms)}
+    return bool(parse_wheel_filename(whl.name)[3] & ok)
 
 
 def wheels(a) -> int:
-    """:func:`node_wheels` for the node's Python in ``a.dest``, every file checked against the
-    lock's sha256: ``pip wheel`` of them all here (a package published as a source archive only,
-    such as Snakemake's ``connection-pool``, becomes a pure-Python wheel), then each wheel built for
-    this Python alone replaced by the node's (``pip download`` for ``a.python_version``)."""
+    """:func:`node_wheels` for the node's Python in ``a.carry``/wheels, every file checked against
+    the lock's sha256: ``pip wheel`` of them all here (a package published as a source archive
+    only, such as Snakemake's ``connection-pool``, becomes a pure-Python wheel), then each wheel
+    the node's Python would not install replaced by the node's (``pip download`` for
+    ``a.python_version``); refused when the carry and the working tree would not fit a call."""
     import tempfile
 
     pins = read_lock()
     names = node_wheels(pins)
-    dest = Path(a.dest)
+    dest = Path(a.carry) / "wheels"
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -307,7 +327,7 @@ def wheels(a) -> int:
 
     if rc := call([*pip, "wheel", "--no-deps", "--require-hashes", "-w", str(dest), "-r", requirements(names)]):
         return rc
-    here = {_norm(w.name.split("-")[0]): w for w in dest.glob("*.whl") if not _portable(w)}
+    here = {_norm(w.name.split("-")[0]): w for w in dest.glob("*.whl") if not fits_node(w, a.python_version)}
     if here:
         for w in here.values():
             w.unlink()
@@ -315,49 +335,65 @@ def wheels(a) -> int:
         if rc := call([*pip, "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
                        "--implementation", "cp", "--python-version", a.python_version,
                        "--abi", f"cp{py}", "--abi", "abi3", "--abi", "none",
-                       *(x for plat in a.platform for x in ("--platform", plat)), "-d", str(dest),
+                       *(x for plat in PLATFORMS for x in ("--platform", plat)), "-d", str(dest),
                        "-r", requirements(sorted(here))]):
             return rc
     got = sorted(dest.glob("*.whl"))
     missing = sorted(set(names) - {_norm(w.name.split("-")[0]) for w in got})
-    if missing:
-        print(f"gpu_study wheels: no wheel of {missing} in {dest}", file=sys.stderr)
+    unfit = [w.name for w in got if not fits_node(w, a.python_version)]
+    if missing or unfit:
+        print(f"gpu_study wheels: in {dest}, no wheel of {missing}; not for Python {a.python_version}: {unfit}",
+              file=sys.stderr)
         return 2
     size = sum(p.stat().st_size for p in got)
-    carry_size = sum(p.stat().st_size for p in dest.parent.rglob("*") if p.is_file())
-    tree = tree_bytes()
-    print(f"{dest}: {len(got)} wheels ({len(here)} for Python {a.python_version}), {size / 2**20:.1f} MiB; "
-          f"{dest.parent}: {carry_size / 2**20:.1f} MiB in all; with the working tree {(carry_size + tree) / 2**20:.1f}")
-    if carry_size + tree > CARRY_LIMIT_MIB * 2**20:
-        print(f"gpu_study wheels: {dest.parent} and the working tree are over the {CARRY_LIMIT_MIB} MiB a device "
-              "call sends", file=sys.stderr)
-        return 2
-    return 0
+    print(f"{dest}: {len(got)} wheels ({len(here)} for Python {a.python_version} alone), {size / 2**20:.1f} MiB")
+    return 0 if carry_fits(Path(a.carry)) else 2
 
 
-def install_missing(wheel_dir: Path, site: Path) -> tuple[list[str], list[str]]:
+def install_missing(wheel_dir: Path, site: Path) -> dict[str, list[str]]:
     """Install into ``site`` (``pip install --no-deps --no-index --target``) the wheels of
     ``wheel_dir`` whose distribution this Python does not have, and put ``site`` first on
-    ``PYTHONPATH`` (for Snakemake and its jobs) and ``sys.path``. Returns (installed, kept: the
-    node's own, with their versions)."""
+    ``PYTHONPATH`` (for Snakemake and its jobs) and ``sys.path``. Returns ``installed``, ``kept``
+    (the node's own distributions, with their versions) and ``conflicts``: a carried wheel's
+    requirement that a kept distribution's version does not meet (reported, not refused: the node
+    runs it as it is)."""
+    import zipfile
     from importlib import metadata
 
-    installed, kept, todo = [], [], []
+    from packaging.requirements import Requirement
+
+    out: dict[str, list[str]] = {"installed": [], "kept": [], "conflicts": []}
+    todo = []
     for whl in sorted(wheel_dir.glob("*.whl")):
         name, version = whl.name.split("-")[:2]
         try:
             have = metadata.version(name)
         except metadata.PackageNotFoundError:
             todo.append(whl)
-            installed.append(f"{_norm(name)}=={version}")
+            out["installed"].append(f"{_norm(name)}=={version}")
         else:
-            kept.append(f"{_norm(name)}=={have} (carried {version})")
+            out["kept"].append(f"{_norm(name)}=={have} (carried {version})")
+            continue
+        with zipfile.ZipFile(whl) as z:
+            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+            requires = [line.split(":", 1)[1].strip() for line in z.read(meta).decode("utf-8").splitlines()
+                        if line.startswith("Requires-Dist:")]
+        for text in requires:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            try:
+                node = metadata.version(req.name)
+            except metadata.PackageNotFoundError:
+                continue  # carried (installed above) or missing: the import check finds the latter
+            if req.specifier and not req.specifier.contains(node, prereleases=True):
+                out["conflicts"].append(f"{_norm(name)} needs {req}, the node has {node}")
     if todo:
         subprocess.check_call([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
                                "--no-deps", "--no-index", "--target", str(site), *map(str, todo)])
     os.environ["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
     sys.path.insert(0, str(site))
-    return installed, kept
+    return out
 
 
 def snakemake(args: list[str], log=None, timeout: float | None = None) -> int | None:
@@ -386,14 +422,17 @@ def run(a) -> int:
     os.environ["BEIR_DATA_DIR"] = str(carried / "beir")
     if (carried / "commit.txt").is_file():  # the node's copy has no git history: the carry's commit
         os.environ.setdefault("DIVE_GIT_COMMIT", (carried / "commit.txt").read_text().strip())
+    packages = {}
     if (carried / "wheels").is_dir():
-        installed, kept = install_missing(carried / "wheels", out.parent / f".{out.name}-site")
-        (out / "packages.txt").write_text("".join(f"installed {p}\n" for p in installed)
-                                          + "".join(f"node's {p}\n" for p in kept))
+        import tempfile
+
+        packages = install_missing(carried / "wheels", Path(tempfile.mkdtemp(prefix="gpu_study-site-")))
+        print(json.dumps({"packages": packages}, indent=1), flush=True)
     check = subprocess.run([sys.executable, "-c", f"import {', '.join(NODE_IMPORTS)}"], capture_output=True, text=True)
     if check.returncode:
-        print(f"gpu_study run: this Python cannot import what the study needs ({', '.join(NODE_IMPORTS)}):\n"
-              f"{check.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+        why = (check.stderr.strip().splitlines() or [f"exit status {check.returncode}"])[-1]
+        print(f"gpu_study run: this Python cannot import what the study needs ({', '.join(NODE_IMPORTS)}): {why}",
+              file=sys.stderr)
         return 2
     base = ["--cores", str(a.cores), "--resources", f"gpu={a.gpus}", *a.snakemake_args]
     source = "data/beir/scifact/source.json"
@@ -433,6 +472,7 @@ def run(a) -> int:
                "per_rule": {r: {"jobs": len(v), "total_s": round(sum(v)), "max_s": max(v)}
                             for r, v in sorted(per_rule.items())}}
     summary["commit"] = os.environ.get("DIVE_GIT_COMMIT")
+    summary["packages"] = packages
     summary["archives"] = [p.name for p in pack(Path("results"), out, a.archive_mib)]
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
@@ -446,11 +486,9 @@ def main(argv=None) -> int:
     c.add_argument("--results", default="results")
     c.add_argument("--beir", default=os.environ.get("BEIR_DATA_DIR", "data/beir"))
     c.add_argument("--dest", default=".gpucarry")
-    w = sub.add_parser("wheels", help="here: download the wheels the node lacks into --dest")
-    w.add_argument("--dest", default=".gpucarry/wheels")
-    w.add_argument("--python-version", default="3.12", help="the node's Python (3.12 on the H100 machines)")
-    w.add_argument("--platform", nargs="+", default=["manylinux_2_28_x86_64", "manylinux2014_x86_64",
-                                                    "manylinux_2_17_x86_64", "manylinux1_x86_64", "linux_x86_64"])
+    w = sub.add_parser("wheels", help="here: download the wheels the node lacks into CARRY/wheels")
+    w.add_argument("--carry", default=".gpucarry")
+    w.add_argument("--python-version", default="3.12", help="the node's Python (3.12 on the H100 and H200 machines)")
     r = sub.add_parser("run", help="there: stage, place the embeddings, run and time `all`")
     r.add_argument("--carry", default=".gpucarry")
     r.add_argument("--out", required=True)

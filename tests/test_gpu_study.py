@@ -191,14 +191,15 @@ def test_the_node_wheels_are_the_roots_and_what_they_need_from_the_lock(tmp_path
                             "matplotlib", "kiwisolver", "pyyaml", "packaging"}
 
 
-def _wheel(folder, name, version, module):
+def _wheel(folder, name, version, module, requires=()):
     """A minimal pure-Python wheel of distribution ``name``, holding ``module``."""
     import zipfile
 
     dist = f"{name.replace('-', '_')}-{version}"
     path = folder / f"{dist}-py3-none-any.whl"
     files = {f"{module}/__init__.py": "VALUE = 7\n",
-             f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                            + "".join(f"Requires-Dist: {r}\n" for r in requires),
              f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
     files[f"{dist}.dist-info/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{dist}.dist-info/RECORD,,\n"
     with zipfile.ZipFile(path, "w") as z:
@@ -215,13 +216,16 @@ def test_the_node_installs_the_carried_wheels_it_lacks_and_keeps_its_own(tmp_pat
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    _wheel(wheels, "dive-carried-probe", "0.1", "dive_carried_probe")
+    _wheel(wheels, "dive-carried-probe", "0.1", "dive_carried_probe",
+           requires=("numpy<1", "pytest>=1", "no-such-dist-dive>=1", 'tomli>=99; python_version < "3.0"'))
     _wheel(wheels, "numpy", "0.0.1", "numpy")  # the node's numpy must not be shadowed by a carried one
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     monkeypatch.setattr(sys, "path", list(sys.path))
-    installed, kept = gpu_study.install_missing(wheels, tmp_path / "site")
-    assert installed == ["dive-carried-probe==0.1"]
-    assert kept == [f"numpy=={metadata.version('numpy')} (carried 0.0.1)"]
+    got = gpu_study.install_missing(wheels, tmp_path / "site")
+    assert got["installed"] == ["dive-carried-probe==0.1"]
+    assert got["kept"] == [f"numpy=={metadata.version('numpy')} (carried 0.0.1)"]
+    # the carried wheel asks for a numpy the node does not have: said, not refused
+    assert got["conflicts"] == [f"dive-carried-probe needs numpy<1, the node has {metadata.version('numpy')}"]
     assert not (tmp_path / "site" / "numpy").exists()
     assert sys.path[0] == str(tmp_path / "site")
     assert __import__("os").environ["PYTHONPATH"] == f"{tmp_path / 'site'}:/elsewhere"
@@ -248,3 +252,68 @@ def test_a_new_carry_keeps_the_downloaded_wheels_and_replaces_the_rest(tmp_path)
     assert (dest / "embeddings.h5").read_bytes() == b"new" and not (dest / "beir" / "stale").exists()
     assert (dest / "beir" / "scifact" / "queries.jsonl").is_file()
     assert (dest / "commit.txt").read_text().strip()  # this checkout's commit
+
+
+def _fake_pip(made):
+    """A stand-in for subprocess.call that, for ``pip wheel`` / ``pip download``, writes the wheels
+    ``made[verb]`` into the command's folder and keeps each requirements file's text."""
+    seen = []
+
+    def call(cmd):
+        verb = cmd[cmd.index("pip") + 2]
+        seen.append((verb, Path(cmd[-1]).read_text()))
+        folder = Path(cmd[cmd.index("-w" if verb == "wheel" else "-d") + 1])
+        for name in made.get(verb, ()):
+            (folder / name).write_bytes(b"")
+        return 0
+    return call, seen
+
+
+PINS = {"alpha": {"version": "1.0", "hashes": ["sha256:" + "a" * 64], "via": set()},
+        "beta": {"version": "2.0", "hashes": ["sha256:" + "b" * 64, "sha256:" + "c" * 64], "via": set()}}
+
+
+def _wheels_call(tmp_path, monkeypatch, made, tree=0):
+    monkeypatch.setattr(gpu_study, "read_lock", lambda: PINS)
+    monkeypatch.setattr(gpu_study, "node_wheels", lambda pins: ["alpha", "beta"])
+    monkeypatch.setattr(gpu_study, "tree_bytes", lambda: tree)
+    call, seen = _fake_pip(made)
+    monkeypatch.setattr(gpu_study.subprocess, "call", call)
+    args = type("A", (), {"carry": str(tmp_path / "carry"), "python_version": "3.12"})
+    return gpu_study.wheels(args), seen
+
+
+def test_wheels_built_here_for_this_python_are_replaced_by_the_nodes(tmp_path, monkeypatch):
+    rc, seen = _wheels_call(tmp_path, monkeypatch, {
+        "wheel": ["alpha-1.0-py3-none-any.whl", "beta-2.0-cp311-cp311-manylinux_2_17_x86_64.whl"],
+        "download": ["beta-2.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"]})
+    assert rc == 0
+    assert sorted(p.name for p in (tmp_path / "carry" / "wheels").iterdir()) == [
+        "alpha-1.0-py3-none-any.whl", "beta-2.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"]
+    # every file pinned by the lock's hashes; only beta fetched again, for the node's Python
+    assert seen[0] == ("wheel", f"alpha==1.0 --hash=sha256:{'a' * 64}\n"
+                                f"beta==2.0 --hash=sha256:{'b' * 64} --hash=sha256:{'c' * 64}\n")
+    assert seen[1] == ("download", f"beta==2.0 --hash=sha256:{'b' * 64} --hash=sha256:{'c' * 64}\n")
+
+
+def test_wheels_refuse_a_missing_or_unfit_wheel_and_a_carry_too_large_to_send(tmp_path, monkeypatch):
+    built = ["alpha-1.0-py3-none-any.whl", "beta-2.0-cp311-cp311-manylinux_2_17_x86_64.whl"]
+    assert _wheels_call(tmp_path, monkeypatch, {"wheel": built})[0] == 2  # beta: none for 3.12
+    assert _wheels_call(tmp_path, monkeypatch, {"wheel": built, "download": [  # for another Python, platform
+        "beta-2.0-cp313-cp313-manylinux_2_17_x86_64.whl"]})[0] == 2
+    assert _wheels_call(tmp_path, monkeypatch, {"wheel": built, "download": [
+        "beta-2.0-cp312-cp312-macosx_11_0_arm64.whl"]})[0] == 2
+    fine = {"wheel": ["alpha-1.0-py311-none-any.whl", *built[1:]],  # py311 and cp310-abi3: 3.12 installs both
+            "download": ["beta-2.0-cp310-abi3-manylinux_2_28_x86_64.whl"]}
+    assert _wheels_call(tmp_path, monkeypatch, fine)[0] == 0
+    assert _wheels_call(tmp_path, monkeypatch, fine, tree=64 * 2**20 + 1)[0] == 2  # one byte over
+
+
+def test_run_stops_before_the_study_when_an_import_the_jobs_need_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_study, "NODE_IMPORTS", ("json", "no_such_module_dive"))
+    monkeypatch.setattr(gpu_study, "snakemake", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    monkeypatch.setenv("BEIR_DATA_DIR", "unchanged")
+    (tmp_path / "carry").mkdir()
+    args = type("A", (), {"out": str(tmp_path / "out"), "carry": str(tmp_path / "carry"), "cores": 1, "gpus": 1,
+                          "snakemake_args": [], "timeout": None, "archive_mib": 12.0})
+    assert gpu_study.run(args) == 2

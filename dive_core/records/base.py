@@ -1,7 +1,7 @@
 """The JSON records (:data:`FORMATS`, :data:`FIELDS`, :data:`ROW_FIELDS`): their format tags, the
 fields a reader may rely on, the rule that makes each, their one writer and reader, and the
 builders of a checkpoint's meta and of a result record. The messages of every record kind (the
-TSV and HDF5 modules' too) name the file and what to rerun (:func:`remedy`)."""
+TSV and HDF5 modules' too) name the file and what to rerun (:func:`_remedy`)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ class RecordError(ValueError):
     """A file that is not the record this workflow reads; the message says what to rerun."""
 
 
-def remedy(kind: str, path: str | os.PathLike, rule: str | None = None) -> str:
+def _remedy(kind: str, path: str | os.PathLike, rule: str | None = None) -> str:
     rule = rule or RULES[kind]
     return f"delete it and rerun `snakemake {path}` (rule {rule}), or `snakemake --forcerun {rule} all`"
 
@@ -122,10 +122,10 @@ def check(kind: str, obj: Any, path: str | os.PathLike) -> dict:
     if found != FORMATS[kind]:
         what = "no format tag" if found is None else f"format {found!r}"
         raise RecordError(f"{path}: {kind} record of {what}; this version of the workflow reads "
-                          f"{FORMATS[kind]!r}. {remedy(kind, path).capitalize()}.")
+                          f"{FORMATS[kind]!r}. {_remedy(kind, path).capitalize()}.")
     missing = _missing(kind, obj)
     if missing:
-        raise RecordError(f"{path}: {kind} record without {missing}; {remedy(kind, path)}.")
+        raise RecordError(f"{path}: {kind} record without {missing}; {_remedy(kind, path)}.")
     return dict(obj)
 
 
@@ -165,10 +165,10 @@ def _load(kind: str, path: str | os.PathLike) -> Any:
     except FileNotFoundError:
         raise RecordError(f"{path}: no such {kind} record; run `snakemake {path}` (rule {RULES[kind]})") from None
     except ValueError as exc:
-        raise RecordError(f"{path}: not a JSON {kind} record ({exc}); {remedy(kind, path)}") from None
+        raise RecordError(f"{path}: not a JSON {kind} record ({exc}); {_remedy(kind, path)}") from None
 
 
-def shown(v: Any) -> str:
+def _shown(v: Any) -> str:
     """``repr`` of a value, a numpy scalar as its Python value."""
     return repr(v.item() if type(v).__module__ == "numpy" and getattr(v, "ndim", None) == 0 else v)
 

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .base import RecordError, remedy, shown
+from .base import RecordError, _remedy, _shown
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def check_h5(kind: str, f, path: str | os.PathLike) -> dict[str, int]:
     import h5py
     import numpy as np
 
-    fix = remedy(kind, path)
+    fix = _remedy(kind, path)
     sizes: dict[str, tuple[int, Dataset, tuple, int]] = {}
     for spec in LAYOUTS[kind]:
         ds = f.get(spec.name)
@@ -101,6 +101,6 @@ def check_h5(kind: str, f, path: str | os.PathLike) -> dict[str, int]:
             except (TypeError, ValueError):
                 same = False
             if not same:
-                raise RecordError(f"{path}: not a valid {kind} file: attribute {name} = {shown(f.attrs[name])} but "
+                raise RecordError(f"{path}: not a valid {kind} file: attribute {name} = {_shown(f.attrs[name])} but "
                                   f"the vectors have {name} {out[name]}; {fix}")
     return out

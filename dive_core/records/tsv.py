@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..atomic import atomic_open
 from ..metrics import METRICS
-from .base import RecordError, remedy, shown
+from .base import RecordError, _remedy, _shown
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def _cell_writer(c: Column, quoted: bool):
     """A function ``value -> cell`` for column ``c``; a value it cannot write is an
     :class:`_Unwritable` naming the column."""
     def bad(v, why=None):
-        raise _Unwritable(f"{_what(c)} must be {why or _noun(c, written=True)}, column {c.name} got {shown(v)}")
+        raise _Unwritable(f"{_what(c)} must be {why or _noun(c, written=True)}, column {c.name} got {_shown(v)}")
 
     null = c.nullable
     if c.dtype is str:
@@ -194,7 +194,7 @@ def _parse(c: Column, values: list[str], path, kind: str) -> list:
                 one(v)
             except ValueError:
                 raise RecordError(f"{path}:{i + 2}: {_what(c)} must be {_noun(c)}, column {c.name} holds {v!r}; "
-                                  f"{remedy(kind, path, TABLES[kind].rule)}") from None
+                                  f"{_remedy(kind, path, TABLES[kind].rule)}") from None
         raise
 
 
@@ -204,7 +204,7 @@ def read_tsv(kind: str, path: str | os.PathLike) -> dict[str, list]:
     line with another number of cells or a value not of its column's type is a
     :class:`RecordError` naming ``path:line`` and what to rerun."""
     t = TABLES[kind]
-    fix = remedy(kind, path, t.rule)
+    fix = _remedy(kind, path, t.rule)
     try:
         fh = open(path, encoding="utf-8", newline="" if t.quoted else None)
     except FileNotFoundError:
