@@ -179,12 +179,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m dive_core.config FILE...``: each YAML file parsed as the workflow parses its
     configuration; a syntax error is printed with its file and line (Snakemake reads a
     ``--configfile`` before the workflow starts, and its error names neither). Exit 1 on any error."""
+    import argparse
     import sys
 
-    files = list(sys.argv[1:] if argv is None else argv)
-    if not files:
-        print("usage: python -m dive_core.config FILE [FILE ...]", file=sys.stderr)
-        return 2
+    ap = argparse.ArgumentParser(prog="python -m dive_core.config",
+                                 description="Parse each YAML file as the workflow parses its configuration; "
+                                             "a syntax error names its file and line.")
+    ap.add_argument("files", metavar="FILE", nargs="+", help="a config file (config/config.yaml, a --configfile)")
+    files = ap.parse_args(argv).files
     bad = 0
     for f in files:
         try:

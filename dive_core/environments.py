@@ -112,6 +112,11 @@ def run_in(env: Environment, module: str, job: Mapping[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m dive_core.environments``: each environment's folder, stamp and whether it is built."""
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m dive_core.environments",
+                            description="Each separate environment's folder, families, and whether it is built."
+                            ).parse_args(argv)
     for env in ENVIRONMENTS.values():
         print(f"{env.name}: families {', '.join(env.families)}; pip {env.venv_dir} "
               f"({'built' if env.stamp.is_file() else 'not built: make venv-' + env.name}); conda {env.conda}")

@@ -30,11 +30,13 @@ Run ``python -m dive_core.generated DIR`` to write it to ``DIR/_generated/genera
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import sys
 from pathlib import Path
+from typing import Sequence
+
+from .hashing import sha256_bytes
 
 NAME = "generated-tiny"
 SUBDIR = "_generated/generated-tiny"  # inside a local BEIR directory, as in the registry
@@ -228,7 +230,7 @@ def write_collection(root: str | Path, seed: int = SEED) -> dict[str, str]:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        out[rel] = hashlib.sha256(data).hexdigest()
+        out[rel] = sha256_bytes(data)
     return out
 
 
@@ -239,7 +241,16 @@ def write_beir_dir(beir_dir: str | Path, seed: int = SEED) -> Path:
     return root
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dive_core.generated BEIR_DIR``: write the collection, print where."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m dive_core.generated",
+                                 description=f"Write the generated collection into BEIR_DIR/{SUBDIR}.")
+    ap.add_argument("beir_dir", metavar="BEIR_DIR", help="a local BEIR directory (make smoke: data/generated)")
+    print(write_beir_dir(ap.parse_args(argv).beir_dir))
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: python -m dive_core.generated BEIR_DIR   (writes BEIR_DIR/{SUBDIR})")
-    print(write_beir_dir(sys.argv[1]))
+    sys.exit(main())

@@ -79,3 +79,32 @@ def test_a_documented_snakemake_command_keeps_its_targets(where, args):
     assert set(named) <= set(targets), (f"{where}: in `snakemake {args}` Snakemake reads {targets} as the "
                                         f"targets, not {named}: put the targets before options that take "
                                         "several values, or after `--`")
+
+
+# ---------------------------------------------------------------- python -m commands
+MODULE = re.compile(r"python3? -m ((?:dive_core|benchmarks)[\w.]*)")
+
+
+def documented_modules() -> list[str]:
+    """Every ``python -m dive_core...`` / ``benchmarks...`` module that README.md, docs/ and
+    config/README.md name (config/README.md names ``dive_core.config FILE`` without ``python -m``)."""
+    found = {"dive_core.config"}
+    for page in [*PAGES, REPO / "config" / "README.md"]:
+        found.update(MODULE.findall(page.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+@pytest.mark.parametrize("module", documented_modules())
+def test_help_of_each_documented_module_prints_its_usage_and_writes_nothing(module, tmp_path):
+    """`python -m dive_core.generated --help` wrote the collection into a folder named '--help';
+    `dive_core.data.derive` and `dive_core.config` took '--help' for a path."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage:"), proc.stdout
+    assert list(tmp_path.iterdir()) == []

@@ -26,6 +26,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 from ..hashing import sha256_bytes, sha256_file
 from .load import CORPUS, QUERIES, DataError, dataset_files, read_decompressed
@@ -108,10 +109,22 @@ def write_beir_dir(beir_dir: str | Path) -> Path:
     return dest
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: python -m dive_core.data.derive BEIR_DIR   (reads BEIR_DIR/{SOURCE}, writes BEIR_DIR/{SUBDIR})")
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dive_core.data.derive BEIR_DIR``: write scifact-tiny, print where; exit 1 with
+    the reason when the official SciFact is missing or the bytes differ."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m dive_core.data.derive",
+                                 description=f"Cut {NAME} out of BEIR_DIR/{SOURCE} (the official SciFact) into "
+                                             f"BEIR_DIR/{SUBDIR}, byte for byte, checked against the pinned sha256.")
+    ap.add_argument("beir_dir", metavar="BEIR_DIR", help=f"a local BEIR directory holding {SOURCE}/")
     try:
-        print(write_beir_dir(sys.argv[1]))
+        print(write_beir_dir(ap.parse_args(argv).beir_dir))
     except DataError as exc:
-        sys.exit(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
