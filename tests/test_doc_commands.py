@@ -108,3 +108,31 @@ def test_help_of_each_documented_module_prints_its_usage_and_writes_nothing(modu
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage:"), proc.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- job groups
+def _dry_run(args: list[str]):
+    import os
+    import subprocess
+    import sys
+
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    return subprocess.run([str(bindir / "snakemake"), "-n", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.parametrize("where, args", [c for c in documented_commands() if "--groups" in c[1]])
+def test_a_documented_job_grouping_plans(where, args):
+    """`--groups train=gpu_train` alone, as cluster.md gave it, stopped `all` before any job:
+    'Group gpu_train depends on itself' (the tuned studies' trainings read a selection made from
+    other trainings' evaluations). Each grouping the pages give builds its job graph."""
+    proc = _dry_run(shlex.split(args))
+    assert proc.returncode == 0, f"{where}: `snakemake -n {args}`:\n{proc.stdout[-1500:]}{proc.stderr[-1500:]}"
+
+
+def test_grouping_trainings_and_evaluations_without_the_selection_is_refused_for_all():
+    """What cluster.md says of `all`: without select in the group, Snakemake refuses it."""
+    proc = _dry_run(["--profile", "profiles/slurm", "all", "--groups", "train=gpu_train", "evaluate=gpu_train",
+                     "--group-components", "gpu_train=8"])
+    assert proc.returncode != 0 and "depends on itself" in proc.stdout + proc.stderr
