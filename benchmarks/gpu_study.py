@@ -236,20 +236,25 @@ def carry_fits(carried: Path) -> bool:
     return fits
 
 
-def _norm(name: str) -> str:
-    """A distribution's name as PEP 503 compares it (``PyYAML`` = ``pyyaml``, ``faiss_cpu`` = ``faiss-cpu``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _dist(whl: Path) -> tuple[str, str]:
+    """A wheel's distribution name (PEP 503-normalised) and version, from its file name."""
+    from packaging.utils import parse_wheel_filename
+
+    name, version, _, _ = parse_wheel_filename(whl.name)
+    return str(name), str(version)
 
 
 def read_lock(path: Path = LOCK) -> dict[str, dict]:
     """``requirements.lock`` (pip-compile's output): ``{name: {"line": the pin with its hashes,
-    "via": {the packages that need it}}}``, names as :func:`_norm` gives them."""
+    "via": {the packages that need it}}}``, names PEP 503-normalised (``canonicalize_name``)."""
+    from packaging.utils import canonicalize_name
+
     pins: dict[str, dict] = {}
     name = None
     in_via = False
     for raw in path.read_text().splitlines():
         if m := re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", raw):
-            name = _norm(m.group(1))
+            name = canonicalize_name(m.group(1))
             pins[name] = {"line": raw.rstrip(" \\"), "version": m.group(2), "hashes": [], "via": set()}
             in_via = False
         elif name and (m := re.match(r"^\s+--hash=(sha256:[0-9a-f]{64})", raw)):
@@ -257,9 +262,9 @@ def read_lock(path: Path = LOCK) -> dict[str, dict]:
         elif name and (m := re.match(r"^\s+# via\s*(\S*)", raw)):
             in_via = not m.group(1)
             if m.group(1):
-                pins[name]["via"].add(_norm(m.group(1)))
+                pins[name]["via"].add(canonicalize_name(m.group(1)))
         elif name and in_via and (m := re.match(r"^\s+#\s+(\S+)", raw)):
-            pins[name]["via"].add(_norm(m.group(1)))
+            pins[name]["via"].add(canonicalize_name(m.group(1)))
         else:
             in_via = False
     return pins
@@ -272,7 +277,9 @@ def node_wheels(pins: dict[str, dict], roots=NODE_ROOTS, left_out=NODE_LEFT_OUT 
     for name, pin in pins.items():
         for parent in pin["via"]:
             needs.setdefault(parent, set()).add(name)
-    todo, found = [_norm(r) for r in roots], set()
+    from packaging.utils import canonicalize_name
+
+    todo, found = [canonicalize_name(r) for r in roots], set()
     while todo:
         name = todo.pop()
         if name in found or name in left_out:
@@ -327,7 +334,7 @@ def wheels(a) -> int:
 
     if rc := call([*pip, "wheel", "--no-deps", "--require-hashes", "-w", str(dest), "-r", requirements(names)]):
         return rc
-    here = {_norm(w.name.split("-")[0]): w for w in dest.glob("*.whl") if not fits_node(w, a.python_version)}
+    here = {_dist(w)[0]: w for w in dest.glob("*.whl") if not fits_node(w, a.python_version)}
     if here:
         for w in here.values():
             w.unlink()
@@ -339,7 +346,7 @@ def wheels(a) -> int:
                        "-r", requirements(sorted(here))]):
             return rc
     got = sorted(dest.glob("*.whl"))
-    missing = sorted(set(names) - {_norm(w.name.split("-")[0]) for w in got})
+    missing = sorted(set(names) - {_dist(w)[0] for w in got})
     unfit = [w.name for w in got if not fits_node(w, a.python_version)]
     if missing or unfit:
         print(f"gpu_study wheels: in {dest}, no wheel of {missing}; not for Python {a.python_version}: {unfit}",
@@ -365,14 +372,14 @@ def install_missing(wheel_dir: Path, site: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {"installed": [], "kept": [], "conflicts": []}
     todo = []
     for whl in sorted(wheel_dir.glob("*.whl")):
-        name, version = whl.name.split("-")[:2]
+        name, version = _dist(whl)
         try:
             have = metadata.version(name)
         except metadata.PackageNotFoundError:
             todo.append(whl)
-            out["installed"].append(f"{_norm(name)}=={version}")
+            out["installed"].append(f"{name}=={version}")
         else:
-            out["kept"].append(f"{_norm(name)}=={have} (carried {version})")
+            out["kept"].append(f"{name}=={have} (carried {version})")
             continue
         with zipfile.ZipFile(whl) as z:
             meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
@@ -387,7 +394,7 @@ def install_missing(wheel_dir: Path, site: Path) -> dict[str, list[str]]:
             except metadata.PackageNotFoundError:
                 continue  # carried (installed above) or missing: the import check finds the latter
             if req.specifier and not req.specifier.contains(node, prereleases=True):
-                out["conflicts"].append(f"{_norm(name)} needs {req}, the node has {node}")
+                out["conflicts"].append(f"{name} needs {req}, the node has {node}")
     if todo:
         subprocess.check_call([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
                                "--no-deps", "--no-index", "--target", str(site), *map(str, todo)])
