@@ -1,12 +1,57 @@
 """Logging set-up for workflow jobs: everything (logging, warnings, progress bars, stray
-prints) goes to the rule's log file, and the job's thread budget is applied."""
+prints) goes to the rule's log file, and the job's thread budget is applied.
+
+Each job's log also says what its start cost: the seconds from the interpreter's start to
+:func:`setup` (the script's imports) and which of :data:`HEAVY` were loaded then, and, when the
+process exits, which of them its work loaded and its seconds in all (lines ``start:`` and ``end:``,
+read by :func:`imports_of_log`; tests/test_workflow.py checks them against what each kind of job
+needs)."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
+import time
 from pathlib import Path
+
+#: the packages whose import costs a job a second or more (torch's TorchDynamo among them), or that
+#: only some kinds of job need; named in each job's ``start:`` and ``end:`` lines
+HEAVY = ("torch", "torch._dynamo", "sentence_transformers", "transformers", "datasets", "sklearn",
+         "faiss", "pytrec_eval", "scipy", "matplotlib", "h5py", "pandas", "pyarrow")
+
+
+def loaded_heavy() -> list[str]:
+    """Which of :data:`HEAVY` this process has imported."""
+    return [m for m in HEAVY if m in sys.modules]
+
+
+def process_seconds() -> float | None:
+    """Seconds since this process started (Linux's /proc; None elsewhere)."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _seconds(s: float | None) -> str:
+    return "?" if s is None else f"{s:.2f}"
+
+
+def imports_of_log(text: str) -> dict[str, list[str]]:
+    """The heavy modules a job's log names: ``{"start": [...], "end": [...]}`` from its ``start:`` and
+    ``end:`` lines (the last of each; a log several jobs appended to names the last job)."""
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        for key in ("start", "end"):
+            tag = f" dive.job: {key}: "
+            if tag in line and " imported [" in line:
+                names = line.split(" imported [", 1)[1].split("]", 1)[0]
+                found[key] = [n.strip() for n in names.split(",") if n.strip()]
+    return found
 
 
 def setup(log_path: str | os.PathLike | None, threads: int | None = None) -> logging.Logger:
@@ -21,23 +66,72 @@ def setup(log_path: str | os.PathLike | None, threads: int | None = None) -> log
         force=True,
     )
     logging.captureWarnings(True)
+    job = logging.getLogger("dive.job")
+    job.info("start: %s s after the interpreter started, imported [%s]", _seconds(process_seconds()),
+             ", ".join(loaded_heavy()))
+    atexit.register(_at_exit, job)
     if threads:
         set_threads(threads)
     return logging.getLogger("dive")
 
 
+def _at_exit(job: logging.Logger) -> None:
+    job.info("end: %s s after the interpreter started, imported [%s]", _seconds(process_seconds()),
+             ", ".join(loaded_heavy()))
+
+
 def set_threads(threads: int) -> None:
-    """The job's thread budget for PyTorch (and FAISS); MKL's vector math warmed on this thread
-    first (:func:`dive_core.numerics.warm_vector_math`: the same bytes in every process)."""
-    import torch
+    """The job's thread budget for PyTorch and FAISS; MKL's vector math warmed on this thread first
+    (:func:`dive_core.numerics.warm_vector_math`: the same bytes in every process).
 
-    from . import numerics
+    Neither package is imported for it: one already imported is set now, one imported later is set
+    the moment its import finishes (:func:`after_import`), so a job that never needs torch (a
+    table, a selection, triplets) does not pay its import for a thread count."""
+    threads = int(threads)
 
-    numerics.warm_vector_math()
-    torch.set_num_threads(int(threads))
-    try:
-        import faiss
+    def torch_threads(torch) -> None:
+        from . import numerics
 
-        faiss.omp_set_num_threads(int(threads))
-    except ImportError:
-        pass
+        numerics.warm_vector_math()
+        torch.set_num_threads(threads)
+
+    after_import("torch", torch_threads)
+    after_import("faiss", lambda faiss: faiss.omp_set_num_threads(threads))
+
+
+class _AfterImport:
+    """A ``sys.meta_path`` finder that runs ``then(module)`` once ``name``'s import has finished."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)  # once; and the search below must not find this finder again
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run, then = spec.loader.exec_module, self.then
+
+        def exec_module(module):
+            run(module)
+            then(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def after_import(name: str, then) -> None:
+    """``then(module)`` for the top-level package ``name``: now if it is imported, else when its
+    import finishes (once; a later call before that import replaces ``then``)."""
+    if name in sys.modules:
+        then(sys.modules[name])
+        return
+    pending = [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.name == name]
+    if pending:
+        pending[0].then = then
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))

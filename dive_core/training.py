@@ -138,12 +138,81 @@ def precision_context(precision: str, device: torch.device | str = "cpu"):
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
-def adamw(params, lr: float, weight_decay: float, capturable: bool = False) -> torch.optim.AdamW:
+class FusedAdamW:
+    """PyTorch's fused AdamW update, without ``torch.optim.Optimizer``'s wrappers.
+
+    ``torch.optim.AdamW`` imports TorchDynamo (``torch._dynamo``, 1 to 2 s of a job's start) the
+    first time it is used: its ``add_param_group`` (called by its constructor) is wrapped in
+    ``torch._disable_dynamo``, which imports it on its first call, and its ``step`` in
+    ``_use_grad_for_differentiable``, which imports it on every call (for ``graph_break``). No
+    setting turns that off. This class holds the same per-parameter state as ``AdamW(fused=True)``
+    (``step`` a 0-d float32 tensor on the parameter's device, ``exp_avg`` and ``exp_avg_sq`` zeros
+    made lazily at the first step a parameter has a gradient) and calls the same update,
+    ``torch.optim.adam.adam(..., fused=True, decoupled_weight_decay=True)`` (PyTorch's functional
+    API, which is what ``AdamW.step`` calls), under ``torch.no_grad()``, so the weights are the same
+    bytes (tests/test_training.py compares them with ``torch.optim.AdamW`` over parameter groups).
+
+    ``param_groups``: dicts with ``params`` and optionally their own ``lr`` / ``weight_decay``;
+    betas (0.9, 0.999) and eps 1e-8 are AdamW's defaults. ``capturable`` is recorded for a CUDA
+    graph's capture; the fused kernel keeps its step count on the device either way.
+    """
+
+    betas = (0.9, 0.999)
+    eps = 1e-8
+
+    def __init__(self, param_groups, lr: float, weight_decay: float, capturable: bool = False):
+        from torch.optim.adam import adam
+
+        self._adam = adam
+        self.capturable = bool(capturable)
+        params = list(param_groups)
+        groups = [g for g in params if isinstance(g, dict)] or [{"params": params}]
+        self.param_groups = [{"lr": lr, "weight_decay": weight_decay, **g, "params": list(g["params"])}
+                             for g in groups]
+        for g in self.param_groups:
+            for p in g["params"]:
+                if not (p.is_floating_point() and p.device.type in ("cpu", "cuda", "mps", "xpu")):
+                    raise RuntimeError(f"fused AdamW needs floating-point parameters on a CPU or GPU, "
+                                       f"got {p.dtype} on {p.device}")
+        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for g in self.param_groups:
+            for p in g["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.detach_().zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for g in self.param_groups:
+            params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+            for p in g["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state.get(p)
+                if st is None:
+                    st = self.state[p] = {"step": torch.zeros((), dtype=torch.float32, device=p.device),
+                                          "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                                          "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+                params.append(p)
+                grads.append(p.grad)
+                exp_avgs.append(st["exp_avg"])
+                exp_avg_sqs.append(st["exp_avg_sq"])
+                steps.append(st["step"])
+            self._adam(params, grads, exp_avgs, exp_avg_sqs, [], steps, foreach=None, capturable=self.capturable,
+                       differentiable=False, fused=True, grad_scale=None, found_inf=None, has_complex=False,
+                       decoupled_weight_decay=True, amsgrad=False, beta1=self.betas[0], beta2=self.betas[1],
+                       lr=g["lr"], weight_decay=g["weight_decay"], eps=self.eps, maximize=False)
+
+
+def adamw(params, lr: float, weight_decay: float, capturable: bool = False) -> FusedAdamW:
     """The optimiser of every training: PyTorch's fused AdamW (one pass over each parameter, not a
-    dozen elementwise ops). ``params``: parameters or parameter groups. ``capturable`` lets a CUDA
-    graph record its step; the fused kernel is the same either way (its step count already lives on
-    the device), so the weights do not change."""
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True, capturable=capturable)
+    dozen elementwise ops), as :class:`FusedAdamW` (no TorchDynamo import). ``params``: parameters
+    or parameter groups. ``capturable`` lets a CUDA graph record its step; the fused kernel is the
+    same either way (its step count already lives on the device), so the weights do not change."""
+    return FusedAdamW(params, lr=lr, weight_decay=weight_decay, capturable=capturable)
 
 
 class CapturedStep:
@@ -333,18 +402,11 @@ def run_epochs(
 def write_log_tsv(path, log_: TrainLog) -> None:
     """The per-epoch log as TSV (:data:`dive_core.records.TABLES` ``train_log``, written
     atomically): epoch, phase, then the logged terms, total and seconds as they first appear, floats
-    with 6 significant digits; a term a row lacks is an empty cell."""
+    with 6 significant digits; a term a row lacks is an empty cell. Read by
+    :func:`dive_core.records.read_train_log` (no torch)."""
     from . import records
 
     records.write_tsv("train_log", path, log_.rows, columns=log_.columns() or None)
-
-
-def read_log_tsv(path) -> list[dict]:
-    """The per-epoch log written by :func:`write_log_tsv`: one dict per epoch (``epoch`` an int,
-    ``phase`` a string, the other columns floats; a term the epoch did not log left out)."""
-    from . import records
-
-    return records.tsv_rows(records.read_tsv("train_log", path))
 
 
 def fit_data(emb, train_qids: Sequence[str], triplets_path=None, device: str = "cpu",

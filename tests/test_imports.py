@@ -78,3 +78,30 @@ def test_dive_core_has_no_import_cycle():
 def test_the_snakefiles_imports_load_no_torch():
     code = "import sys, dive_core, dive_core.plan, dive_core.paths, dive_core.resources; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+
+
+def test_a_thread_budget_set_before_torch_and_faiss_are_imported_reaches_them():
+    """runlog.set_threads imports neither package (a table job needs no torch); one imported later gets
+    the job's thread count, and torch's import warms MKL's vector math first, as set_threads does
+    where torch is already imported."""
+    code = ("import sys; from dive_core import numerics, runlog\n"
+            "runlog.set_threads(1); runlog.set_threads(3)\n"
+            "assert 'torch' not in sys.modules and 'faiss' not in sys.modules\n"
+            "import torch, faiss\n"
+            "print(torch.get_num_threads(), faiss.omp_get_max_threads(), numerics._vector_math_warm)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["3", "3", "True"]
+
+
+def test_a_jobs_log_names_the_heavy_modules_it_imported(tmp_path):
+    """runlog.setup writes a `start:` line (seconds since the interpreter started, the heavy modules
+    imported before the work) and, at exit, an `end:` line; imports_of_log reads them back."""
+    log = tmp_path / "job.log"
+    code = (f"from dive_core import runlog\nrunlog.setup({str(log)!r})\nimport numpy, scipy.stats\n")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+    from dive_core.runlog import imports_of_log
+
+    text = log.read_text()
+    assert imports_of_log(text) == {"start": [], "end": ["scipy"]}, text
+    assert " s after the interpreter started" in text

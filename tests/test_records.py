@@ -236,7 +236,8 @@ TRAIN_LOG_TSV = ("epoch\tphase\ttriplet\tview\tgeo\trho\ttotal\tseconds\n"
 
 
 def test_train_log_tsv_bytes_and_round_trip(tmp_path):
-    from dive_core.training import TrainLog, read_log_tsv, write_log_tsv
+    from dive_core.records import read_train_log as read_log_tsv
+    from dive_core.training import TrainLog, write_log_tsv
 
     log = TrainLog()
     log.add({"epoch": 1, "phase": "train", "triplet": 0.183456789, "view": 0.0123456789, "geo": 0.00123456789,

@@ -132,6 +132,52 @@ def test_every_study_holds_numbers(workdir):
         assert r["config"]["selected"]["from"] == f"lr_audit/{base}"
 
 
+# What each kind of job's work needs of runlog.HEAVY (its log's `end:` line names what it imported).
+# sentence-transformers (with transformers, datasets and scikit-learn) only where a job embeds,
+# exports, or fits or applies CSR (its SparseAutoEncoder); torch only where a job trains, applies a
+# map (checkpoints are torch files) or embeds; TorchDynamo nowhere (training.FusedAdamW).
+SENTENCE_TRANSFORMERS = {"sentence_transformers", "transformers", "datasets", "sklearn"}
+NO_TORCH = {"table", "select", "make_splits", "make_arrival", "stage_beir", "download_beir", "headline_result",
+            "triplets"}
+EMBEDS = {"embed", "embed_part", "export", "fetch_model"}
+APPLIES_CSR = {"frontier", "frontier_seed", "efficiency", "arrival_codes"}  # when a CSR run is among its runs
+
+
+def not_needed(rule: str, log: Path, text: str) -> set[str]:
+    """The heavy modules a job of ``rule`` (its log at ``log``) must not import."""
+    banned = {"torch._dynamo"}
+    if rule in NO_TORCH:
+        banned |= {"torch"}
+    csr = "/csr" in log.as_posix() or (rule in APPLIES_CSR and re.search(r"\bcsr", text) is not None)
+    if rule not in EMBEDS and not csr:
+        banned |= SENTENCE_TRANSFORMERS
+    return banned
+
+
+def test_each_job_imports_only_what_its_work_needs(workdir):
+    """Every job of the smoke run, one check per kind of job (its rule): the heavy modules its log says it
+    imported by its end (runlog's `end:` line) hold none that its work does not need: no torch for a
+    table, a selection, a split or triplets; no sentence-transformers stack but to embed, export or run
+    CSR; no TorchDynamo anywhere."""
+    from dive_core.runlog import imports_of_log
+
+    kinds, bad = {}, []
+    for log in sorted((workdir / "logs").rglob("*.log")):
+        rule = log.relative_to(workdir / "logs").parts[0]
+        if rule == "python_env":
+            continue  # a shell job (make venv-llm2vec), no Python of ours
+        text = log.read_text(encoding="utf-8", errors="replace")
+        found = imports_of_log(text)
+        assert "end" in found, f"{log}: no `end:` line (runlog.setup not called, or the job died)"
+        kinds.setdefault(rule, 0)
+        kinds[rule] += 1
+        extra = set(found["end"]) & not_needed(rule, log, text)
+        if extra:
+            bad.append(f"{log.relative_to(workdir)}: {sorted(extra)}")
+    assert {"train", "evaluate", "select", "table", "frontier", "embed", "export", "triplets"} <= set(kinds), kinds
+    assert not bad, "\n".join(bad)
+
+
 def test_efficiency_and_frontier_json(workdir):
     eff = json.loads((workdir / "results/efficiency/generated-tiny/minilm.json").read_text())
     assert eff["device"] == "cpu" and eff["bandwidth_gb_s"] > 0 and eff["cpu"] and eff["faiss_version"]

@@ -66,7 +66,7 @@ from .exports import (COMPRESS_PART_FIELDS, COMPRESSED_FIELDS, COMPRESSED_FORMAT
                       read_compress_part, read_compressed_metadata, write_compress_part,
                       write_compressor_config)
 from .h5 import LAYOUT_ATTRS, LAYOUTS, Dataset, check_h5, h5_dataset
-from .tsv import TABLES, Column, Table, read_tsv, tsv_columns, tsv_header, tsv_rows, write_tsv
+from .tsv import TABLES, Column, Table, read_train_log, read_tsv, tsv_columns, tsv_header, tsv_rows, write_tsv
 
 __all__ = [
     "CHECKPOINT_META",
@@ -108,6 +108,7 @@ __all__ = [
     "TABLES",
     "Column",
     "Table",
+    "read_train_log",
     "read_tsv",
     "tsv_columns",
     "tsv_header",

@@ -245,3 +245,10 @@ def tsv_rows(table: Mapping[str, Sequence]) -> list[dict]:
     """:func:`read_tsv`'s columns as one dict per line, empty cells left out."""
     names = list(table)
     return [{k: v for k, v in zip(names, vals) if v is not None} for vals in zip(*table.values())]
+
+
+def read_train_log(path: str | os.PathLike) -> list[dict]:
+    """A training's per-epoch log (``train_log``, written by :func:`dive_core.training.write_log_tsv`):
+    one dict per epoch (``epoch`` an int, ``phase`` a string, the other columns floats; a term the
+    epoch did not log left out). Here, not in ``training``, so that a table job imports no torch."""
+    return tsv_rows(read_tsv("train_log", path))

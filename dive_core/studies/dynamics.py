@@ -6,7 +6,6 @@ import math
 from typing import Mapping, Sequence
 
 from .. import records
-from ..training import read_log_tsv
 from .shared import StudyContext, StudyOutput, column_label, opening_lines, pyplot, save, suptitle
 
 
@@ -41,7 +40,7 @@ def dynamics_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
     for r in results:
         if r["method_type"] != "dive":
             continue
-        runs.setdefault((r["backbone"], r["dataset"]), []).append((r["seed"], read_log_tsv(ctx.train_logs[records.run_key(r)])))
+        runs.setdefault((r["backbone"], r["dataset"]), []).append((r["seed"], records.read_train_log(ctx.train_logs[records.run_key(r)])))
     terms = {key: loss_terms([log for _, log in seeds]) for key, seeds in runs.items()}
     lines = opening_lines(ctx, results) + [
              f"| backbone | dataset | seeds | first epoch with rho < {RHO_THRESHOLD:.0%} (per seed) | "
