@@ -137,12 +137,29 @@ def deterministic() -> None:
     """PyTorch's deterministic kernels, strictly: an operation with no deterministic CUDA kernel
     raises (naming itself) instead of warning, so a GPU result is either reproducible or refused.
     On the CPU the kernels the methods use are deterministic once MKL's vector math has made its
-    first call (:func:`warm_vector_math`, called here)."""
+    first call (:func:`warm_vector_math`, called here).
+
+    The flag is set as ``torch.use_deterministic_algorithms(True)`` sets it, less its import of
+    ``torch._inductor.config``: that import loads TorchInductor's package and, through it,
+    TorchDynamo (1.4 s of every training job's start, for a setting of compiled code only). Inductor's
+    own ``deterministic`` flag is set where Inductor is already loaded, and by
+    :func:`inductor_deterministic` before a compilation (``dive_core.training.compiled_loss``)."""
     import torch
 
     warm_vector_math()
-    torch.use_deterministic_algorithms(True)  # CUBLAS_WORKSPACE_CONFIG: set by configure()
+    torch._C._set_deterministic_algorithms(True, warn_only=False)  # CUBLAS_WORKSPACE_CONFIG: set by configure()
     torch.backends.cudnn.benchmark = False
+    if "torch._inductor.config" in sys.modules:
+        inductor_deterministic()
+
+
+def inductor_deterministic() -> None:
+    """TorchInductor's ``deterministic`` setting made equal to PyTorch's deterministic flag (what
+    ``torch.use_deterministic_algorithms`` does beside setting the flag); imports Inductor."""
+    import torch
+    import torch._inductor.config as inductor_config
+
+    inductor_config.deterministic = torch.are_deterministic_algorithms_enabled()
 
 
 _vector_math_warm = False

@@ -265,6 +265,7 @@ def compiled_loss(batch_loss: Callable[[torch.Tensor], Mapping[str, torch.Tensor
     kernels (C++ on the CPU, Triton on a GPU) instead of one kernel per elementwise op. Compiled on
     its first call (seconds; Inductor's cache makes later processes faster); a function with a host
     read or a data-dependent shape is refused there (``fullgraph``), not split."""
+    numerics.inductor_deterministic()  # deterministic() leaves Inductor unimported
     return torch.compile(batch_loss, fullgraph=True, dynamic=False)
 
 

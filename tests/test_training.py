@@ -117,14 +117,17 @@ def test_the_workflows_adamw_gives_the_bytes_of_pytorchs_fused_adamw():
 
 
 def test_a_training_does_not_import_torchdynamo():
-    """A fit through the shared loop (run_epochs, its AdamW and the loss's backward pass) in a fresh
-    process leaves torch._dynamo unimported: torch.optim's optimizers import it (1 to 2 s of each
-    training job's start); training.FusedAdamW does not."""
+    """A fit through the shared loop (set_seed's deterministic kernels, run_epochs, its AdamW and the
+    loss's backward pass) in a fresh process leaves torch._dynamo unimported: torch.optim's optimizers
+    and torch.use_deterministic_algorithms import it (1 to 2 s each of a training job's start);
+    training.FusedAdamW and numerics.deterministic do not, and the flag is set all the same."""
     import subprocess
     import sys
     from pathlib import Path
 
-    code = ("import sys, torch; from dive_core.training import TrainLog, run_epochs\n"
+    code = ("import sys, torch; from dive_core.training import TrainLog, run_epochs, set_seed\n"
+            "set_seed(0); assert torch.are_deterministic_algorithms_enabled()\n"
+            "assert not torch.is_deterministic_algorithms_warn_only_enabled()\n"
             "p = torch.nn.Parameter(torch.ones(3))\n"
             "run_epochs([p], lambda idx: {'loss': (p * p).sum()}, 4, epochs=2, batch_size=2, lr=0.1,\n"
             "           weight_decay=0.01, seed=0, log_=TrainLog(), progress=False)\n"
@@ -134,3 +137,20 @@ def test_a_training_does_not_import_torchdynamo():
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_compiled_loss_gets_inductors_deterministic_setting():
+    """numerics.deterministic leaves TorchInductor unimported; compiled_loss sets Inductor's own
+    `deterministic` to PyTorch's flag before compiling, as torch.use_deterministic_algorithms would."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, torch; from dive_core import numerics; from dive_core.training import compiled_loss\n"
+            "numerics.deterministic(); assert 'torch._inductor.config' not in sys.modules\n"
+            "compiled_loss(lambda idx: {'loss': idx.sum()})\n"
+            "import torch._inductor.config as c; print(c.deterministic)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
