@@ -208,10 +208,11 @@ def unit_vectors(n: int, d: int, seed: int = 0, chunk: int = 100_000) -> np.ndar
     return out
 
 
-def compressed_test_vectors(embeddings_path, splits_path, runs, checkpoints):
+def compressed_test_vectors(embeddings_path, splits_path, runs, checkpoints, stage: str = "final"):
     """For each ``(method, k)`` of ``runs`` and its checkpoint: ``(method, k, method object,
-    compressed corpus, compressed test queries)``, plus the embeddings and split manifest that
-    the caller needs, as ``(emb, manifest, items)``."""
+    compressed corpus, compressed evaluated queries)`` (``stage`` final: the test queries; select:
+    the validation queries), plus the embeddings and split manifest that the caller needs, as
+    ``(emb, manifest, items)``."""
     from . import records
     from .embeddings import read_embeddings
     from .methods import Method
@@ -219,7 +220,7 @@ def compressed_test_vectors(embeddings_path, splits_path, runs, checkpoints):
 
     manifest = records.read("splits", splits_path)
     emb = read_embeddings(embeddings_path, expected_source=manifest["source_fingerprint"], against=splits_path)
-    qrows = emb.query_rows(eval_queries(manifest, "final"))
+    qrows = emb.query_rows(eval_queries(manifest, stage))
 
     def items():
         for (method, k), path in zip(runs, checkpoints):

@@ -37,13 +37,16 @@ SYNTHETIC = "results/efficiency/synthetic.json"
 FRONTIER = "results/frontier/{dataset}/{backbone}.json"
 # the frontier's rows of the methods it repeats at another seed (experiments.frontier.method_seeds)
 FRONTIER_SEED = "results/frontier/{dataset}/{backbone}/seed{seed}.json"
+# every frontier code on validation queries, select-stage maps (trained on train queries) at the frontier's
+# first seed: what the frontier's verdict and the budget study pick their codes on (never the test queries)
+FRONTIER_VALIDATION = "results/frontier/{dataset}/{backbone}/validation.json"
 # an arrival study's index quantizers (config experiments.<name>.codes): codebooks fitted on the known documents
 ARRIVAL_CODES = "results/arrival_codes/{experiment}/{dataset}/{backbone}.json"
 TABLE = "results/tables/{experiment}.md"
 TABLE_TSV = "results/tables/{experiment}.tsv"
 RUNS_TSV = "results/tables/{experiment}_runs.tsv"
 FIGURE = "results/figures/{experiment}.png"
-STUDY_JSON = {"efficiency": EFFICIENCY, "frontier": FRONTIER}  # the studies over their own records
+STUDY_JSON = {"efficiency": EFFICIENCY, "frontier": FRONTIER, "budget": FRONTIER}  # the studies over their own records
 
 # every file of one evaluated run, from the checkpoint to the per-query TSV
 RUN_FILES = (CHECKPOINT, TRAIN_LOG, EVAL_JSON, PER_QUERY)
@@ -93,6 +96,7 @@ LOGS = {
     "efficiency_synthetic": "logs/efficiency/synthetic.log",
     "frontier": "logs/frontier/{dataset}/{backbone}.log",
     "frontier_seed": "logs/frontier/{dataset}/{backbone}/seed{seed}.log",
+    "frontier_validation": "logs/frontier/{dataset}/{backbone}/validation.log",
     "arrival_codes": "logs/arrival_codes/{experiment}/{dataset}/{backbone}.log",
     "fetch_model": "logs/fetch_model/{backbone}.log",
     "python_env": "logs/python_env/{env}.log",

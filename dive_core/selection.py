@@ -2,7 +2,10 @@
 are scored by their mean validation nDCG@10 over the selection datasets, the best is recorded in a
 selection record (``results/selection/{backbone}/{study}.json``), and final-stage training jobs of
 that backbone apply the pick. A pipeline decision, not a report: no test query is ever read here,
-and a pick made on one backbone never trains another backbone's runs."""
+and a pick made on one backbone never trains another backbone's runs.
+
+The code to store at a byte budget is picked here too (:func:`pick_code`), from a
+``frontier_validation`` record's rows: the frontier's codes scored on validation queries."""
 
 from __future__ import annotations
 
@@ -136,3 +139,91 @@ def check_validation(study: str, results: Sequence[Mapping], backbone: str) -> N
         if r["backbone"] != backbone:
             raise ValueError(f"selection {study} of backbone {backbone!r}: result of {r['dataset']}/{r['method']} "
                              f"is backbone {r['backbone']!r}; a backbone selects on its own runs only")
+
+
+# --------------------------------------------------------------------------- codes at a byte budget
+BUDGETS = (8, 16, 32, 64, 256)  # bytes per vector of the frontier's verdict, and a budget study's default
+FAMILIES = ("label-free", "supervised")
+
+
+def dim_label(row: Mapping, unit: str = "") -> str:
+    """A frontier row's dimension: ``64`` (``unit``: ``64d``), or for a k-sparse code ``16 of 1536``
+    (active of latents; ``16 of 1536 latents`` with a unit)."""
+    if row.get("active"):
+        return f"{row['active']} of {row['dim']}" + (" latents" if unit else "")
+    return f"{row['dim']}{unit}"
+
+
+def index_alone(row: Mapping) -> bool:
+    """Whether a frontier row's search needs nothing outside its index: every encoding but
+    ``binary_rescore``, which also reads float32 vectors kept outside it (on disk)."""
+    return row["encoding"] != "binary_rescore"
+
+
+def family(row: Mapping) -> str:
+    """``supervised``: the row's map was trained on relevance judgments (mrl, search_adaptor, smec,
+    dive, dive-pca, csr, ...); ``label-free``: frozen, truncate, PCA, the autoencoder, csr-free,
+    whatever the encoding (the quantizers fit no label either)."""
+    return "supervised" if row["supervised"] else "label-free"
+
+
+def code_label(row: Mapping) -> str:
+    """``dive 64d opq16``, ``csr-k8 8 of 1536 sparse``."""
+    return f"{row['method']} {dim_label(row, 'd' if not row.get('active') else '')} {row['encoding']}"
+
+
+def code_key(row: Mapping) -> tuple:
+    """What names one code across seeds: method, dimension, active latents and encoding."""
+    return row["method"], row["dim"], row.get("active"), row["encoding"]
+
+
+#: the pick rule's tie: a code whose paired validation deficit against the best is at most this many
+#: standard errors of that deficit is level with it (:func:`pick_code`)
+TIE_SE = 1.0
+
+
+def level_with(best: Mapping, row: Mapping, metric: str = "ndcg@10", z: float = TIE_SE) -> bool:
+    """Whether ``row`` is level with ``best`` on the queries both were scored on: the mean of the paired
+    per-query deficit ``best - row`` is at most ``z`` standard errors of that mean (a code is level
+    with itself)."""
+    a, b = best["per_query"][metric], row["per_query"][metric]
+    if len(a) != len(b):
+        raise ValueError(f"rows {code_label(best)} and {code_label(row)} hold {len(a)} and {len(b)} per-query "
+                         "scores: not the same queries")
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean = sum(d) / n if n else 0.0
+    sd = (sum((x - mean) ** 2 for x in d) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    return mean <= z * sd / n ** 0.5 + 1e-12
+
+
+def candidates(rows: Sequence[Mapping], budget: int, fam: str | None = None) -> list[Mapping]:
+    """The rows of at most ``budget`` bytes per vector that need nothing outside the index
+    (:func:`index_alone`), of family ``fam`` (:func:`family`; None: either)."""
+    return [x for x in rows if index_alone(x) and x["bytes_per_vector"] <= budget
+            and (fam is None or family(x) == fam)]
+
+
+def pick_code(rows: Sequence[Mapping], budget: int, fam: str | None = None, metric: str = "ndcg@10") -> Mapping | None:
+    """The code to store in ``budget`` bytes a vector, read from ``rows`` scored on validation queries
+    (never the test queries). Among the :func:`candidates`:
+
+    1. the map: the method and dimension of the code of highest validation ``metric`` (the best);
+    2. among that map's codes :func:`level_with` the best (within :data:`TIE_SE` standard errors of the
+       paired per-query difference), the one of most bytes, then of highest ``metric``.
+
+    Step 2 reads the budget as a cap to fill: codes of one map tied on validation differ by their
+    quantization error, which more bytes can only lower on average, while validation queries too few
+    to tell them apart make the best of them partly chance (on SciFact with MiniLM, MRL 64d in SQ4,
+    SQ8 and float32 scored 0.7406, 0.7366 and 0.7387 on validation and 0.8077, 0.8197 and 0.8197 on
+    test: the best on validation was the worst on test). None when no code fits."""
+    fits = candidates(rows, budget, fam)
+    if not fits:
+        return None
+    best = max(fits, key=lambda x: (x[metric], -x["bytes_per_vector"]))
+    same_map = [x for x in fits if (x["method"], x["dim"], x.get("active")) == (best["method"], best["dim"],
+                                                                                 best.get("active"))]
+    level = [x for x in same_map if level_with(best, x, metric)]
+    return max(level, key=lambda x: (x["bytes_per_vector"], x[metric]))
+
+

@@ -14,6 +14,7 @@ from dive_core.paths import (
     FIGURE,
     FRONTIER,
     FRONTIER_SEED,
+    FRONTIER_VALIDATION,
     HEADLINE,
     LOGS,
     MODEL_DIR,
@@ -129,3 +130,12 @@ def check_cluster_fit(jobs):
         resources.check_cluster_fit(jobs)
     except resources.ClusterFitError as exc:
         raise WorkflowError(str(exc)) from exc
+
+
+def picked_maps(wc):
+    """The maps picked on validation queries (checkpoint frontier_validation) where the job's seed is a
+    budget study's: they run again there. None asked for at another seed."""
+    if int(wc.seed) not in PLAN.budget_seeds():
+        return []
+    path = checkpoints.frontier_validation.get(dataset=wc.dataset, backbone=wc.backbone).output[0]
+    return PLAN.picked_maps(path)

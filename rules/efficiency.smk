@@ -72,6 +72,7 @@ rule frontier:
         runtime=job_resource("measure", "runtime"),
     params:
         record=records.FORMATS["frontier"],  # a new record format reruns the job
+        stage="final",
         runs=lambda wc: PLAN.frontier_runs(wc.backbone),
         top_k=PLAN.setting("evaluation", "top_k"),
         quantizers=PLAN.setting("quantizers"),
@@ -80,11 +81,11 @@ rule frontier:
         "../workflow_scripts/frontier.py"
 
 
-# The frontier's rows of the methods that run again at another seed (experiments.frontier.method_seeds):
-# the verdict's codes, picked at the first seed, scored at each of these (the same script, fewer runs).
+# The frontier's rows of the methods that run again at another seed: experiments.frontier.method_seeds,
+# and at a budget study's seeds the maps picked on validation queries (the same script, fewer runs).
 rule frontier_seed:
     input:
-        unpack(PLAN.frontier_seed_inputs),
+        unpack(lambda wc: PLAN.frontier_seed_inputs(wc, picked_maps(wc))),
     output:
         FRONTIER_SEED,
     log:
@@ -99,11 +100,41 @@ rule frontier_seed:
         runtime=job_resource("measure", "runtime"),
     params:
         record=records.FORMATS["frontier"],  # a new record format reruns the job
-        runs=lambda wc: PLAN.frontier_seed_runs(wc.backbone, int(wc.seed)),
+        stage="final",
+        runs=lambda wc: PLAN.frontier_seed_runs(wc.backbone, int(wc.seed), picked_maps(wc)),
         top_k=PLAN.setting("evaluation", "top_k"),
         quantizers=PLAN.setting("quantizers"),
         # its own runs' share: another frontier method does not rerun it
-        quantized=lambda wc: PLAN.frontier_seed_quantized(wc.backbone, int(wc.seed)),
+        quantized=lambda wc: PLAN.frontier_seed_quantized(wc.backbone, int(wc.seed), picked_maps(wc)),
+    script:
+        "../workflow_scripts/frontier.py"
+
+
+# Every frontier code on validation queries, the maps of the select stage (trained on the training
+# queries alone) at the frontier's first seed: what the frontier's verdict and the budget study pick on.
+# A checkpoint: the maps it picks are the ones that run again at a budget study's seeds (frontier_seed).
+checkpoint frontier_validation:
+    input:
+        unpack(PLAN.frontier_validation_inputs),
+    output:
+        FRONTIER_VALIDATION,
+    log:
+        LOGS["frontier_validation"],
+    benchmark:
+        bench_path(LOGS["frontier_validation"])
+    conda:
+        "../envs/train-gpu.yaml"
+    threads: PLAN.setting("threads", "evaluate")
+    resources:
+        mem_mb=job_resource("measure", "mem_mb"),
+        runtime=job_resource("measure", "runtime"),
+    params:
+        record=records.FORMATS["frontier"],  # a new record format reruns the job
+        stage="select",
+        runs=lambda wc: PLAN.frontier_runs(wc.backbone),
+        top_k=PLAN.setting("evaluation", "top_k"),
+        quantizers=PLAN.setting("quantizers"),
+        quantized=lambda wc: PLAN.frontier_quantized(wc.backbone),
     script:
         "../workflow_scripts/frontier.py"
 

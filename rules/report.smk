@@ -26,6 +26,7 @@ rule table:
         note=lambda wc: PLAN.experiment(wc.experiment).get("heads_note") or "",
         highlight=lambda wc: PLAN.experiment(wc.experiment).get("base", "dive"),
         versus=lambda wc: PLAN.experiment(wc.experiment).get("versus") or [],
+        budgets=lambda wc: PLAN.experiment(wc.experiment).get("budgets") or [],
         title=lambda wc: PLAN.title(wc.experiment),
     script:
         "../workflow_scripts/table.py"

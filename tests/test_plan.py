@@ -176,6 +176,7 @@ def test_the_frontier_repeats_the_verdicts_methods_at_their_other_seeds():
     narrowed = copy.deepcopy(CONFIG)
     narrowed["experiments"]["frontier"]["methods"] = ["frozen", "mrl"]
     narrowed["experiments"]["frontier"]["method_seeds"]["mrl"] = [2027, 2028]
+    narrowed["experiments"]["budget"]["enabled"] = False  # its seeds (2028, 2029) would add 2029
     assert plan.frontier_seeds(expanded(narrowed)) == [2028]
     assert plan.frontier_seed_runs(expanded(narrowed), "minilm", 2028) == [("mrl", 64), ("mrl", 96)]
     resolved(narrowed)  # dive-pca and the autoencoder's repeats are left out, not refused
@@ -193,6 +194,51 @@ def test_the_frontier_repeats_the_verdicts_methods_at_their_other_seeds():
     with pytest.raises(dcfg.ConfigError, match=r"experiments.frontier.method_seeds.mrl = \[2028, 2029\]: the frontier "
                                                "picks its codes at seed 2027"):
         resolved(bad)
+
+
+def test_a_budget_study_reruns_only_the_maps_picked_on_validation_and_refuses_bad_budgets():
+    """config.yaml's budget study (seeds 2027-2029): the frontier's table and the study read the
+    validation records; at 2028 and 2029 the frontier_seed jobs run method_seeds' maps and the fitted
+    maps of `picked` (what the checkpoint's record picks), never a map that was not picked, and
+    frozen never (no map to retrain). Each refusal names its key."""
+    p = resolved()
+    assert p.budget_seeds() == [2028, 2029]
+    inputs = p.table_inputs({"experiment": "budget"})
+    assert inputs["validation"] == [f"results/frontier/{ds}/minilm/validation.json"
+                                    for ds in p.experiment("budget")["datasets"]]
+    assert inputs["repeats"][0] == "results/frontier/scifact/minilm/seed2028.json"
+    assert p.table_inputs({"experiment": "frontier"})["validation"] == inputs["validation"]
+    picked = [("frozen", 384), ("dive", 64), ("pca", 96)]
+    assert p.frontier_seed_runs("minilm", 2029, picked) == [("pca", 96), ("autoencoder", 64), ("autoencoder", 96),
+                                                           ("mrl", 64), ("mrl", 96), ("dive", 64), ("dive-pca", 64),
+                                                           ("dive-pca", 96)]
+    assert p.frontier_seed_runs("minilm", 2029) == p.frontier_seed_runs("minilm", 2028)  # method_seeds' alone
+    val = p.frontier_validation_inputs({"dataset": "scifact", "backbone": "minilm"})
+    assert val["checkpoints"][1] == "results/scifact/minilm/truncate/k64/select/seed2027/model.pt"
+    # the pick rule's maps, from a validation record's rows: to 32 B MRL pq8 (supervised, no label-free code
+    # fits), from 64 B PCA sq8 (either family, and the label-free); frozen binary (48 B) is never picked
+    row = lambda m, enc, b, v, sup: {"method": m, "dim": 64, "active": None, "encoding": enc,  # noqa: E731
+                                     "bytes_per_vector": b, "ndcg@10": v, "per_query": {"ndcg@10": [v] * 3},
+                                     "supervised": sup}
+    rows = [row("mrl", "pq8", 8, 0.5, True), row("pca", "sq8", 64, 0.6, False), row("frozen", "binary", 48, 0.4, False)]
+    assert plan.picked_maps(expanded(), rows) == [("mrl", 64), ("pca", 64)]
+
+    def refused(change, match):
+        cfg = copy.deepcopy(CONFIG)
+        change(cfg)
+        with pytest.raises(dcfg.ConfigError, match=match):
+            resolved(cfg)
+
+    refused(lambda c: c["experiments"]["budget"].update(budgets=[]), r"experiments.budget.budgets is empty")
+    refused(lambda c: c["experiments"]["budget"].update(budgets=[16, 2]),
+            r"experiments.budget.budgets\[1\] = 2: below the smallest code the frontier makes on backbone minilm, "
+            r"8 bytes a vector \(autoencoder 64d binary\)")
+    refused(lambda c: c["experiments"]["budget"].update(seeds=[2028, 2029]),
+            r"experiments.budget.seeds = \[2028, 2029\]: the first must be the frontier's \(2027\)")
+    refused(lambda c: c["experiments"]["frontier"].update(methods=["pca", "mrl"]),
+            r"experiments.budget: experiments.frontier.methods holds no method of type frozen")
+    refused(lambda c: c["experiments"]["frontier"].update(enabled=False),
+            r"experiments.budget: a budget study picks among the frontier's codes")
 
 
 def test_the_plan_and_its_params_need_no_torch():

@@ -146,3 +146,37 @@ def test_arrival_selection_records_an_empty_stratum_as_null_and_refuses_an_empty
     empty = {**ARR, ("v-g1-arrival", "b"): (0.70, float("nan"))}
     with pytest.raises(ValueError, match=r"validation queries of b \(results/b/arrival.json\) have an empty `new` stratum.*new_query_share"):
         arrival_select(empty)
+
+
+# -- the code to store at a byte budget (pick_code) ------------------------------------------
+def code(method, enc, nbytes, per_query, supervised=True, dim=64, seed=2027, method_type=None):
+    return {"method": method, "dim": dim, "active": None, "encoding": enc, "bytes_per_vector": nbytes,
+            "ndcg@10": sum(per_query) / len(per_query), "per_query": {"ndcg@10": list(per_query)},
+            "supervised": supervised, "seed": seed, "method_type": method_type or method}
+
+
+# Validation, four queries. MRL 64d: SQ4 (32 B) is the best, 0.70; SQ8 (64 B) and float32 (256 B) are 0.675
+# with per-query deficits (0.1, -0.1, 0.1, 0) against it: mean 0.025, sample sd 0.0957, standard error
+# 0.0479, so level with it; PCA 64d SQ8 (64 B) at 0.6875, another map; DIVE 64d PQ16 (16 B) 0.5; MRL's
+# 1-bit re-scored code (8 B, 1.0) reads float32 vectors outside the index: never a candidate.
+VAL = [code("mrl", "sq4", 32, (0.8, 0.6, 0.8, 0.6)), code("mrl", "sq8", 64, (0.7, 0.7, 0.7, 0.6)),
+       code("mrl", "float32", 256, (0.7, 0.7, 0.7, 0.6)), code("pca", "sq8", 64, (0.8, 0.6, 0.8, 0.55), False),
+       code("dive", "pq16", 16, (0.5,) * 4), code("mrl", "binary_rescore", 8, (1.0,) * 4)]
+
+
+def test_a_budgets_code_is_the_best_maps_level_code_of_most_bytes():
+    from dive_core.selection import level_with, pick_code
+
+    assert level_with(VAL[0], VAL[1]) and level_with(VAL[0], VAL[0])
+    assert not level_with(VAL[0], VAL[4])  # 0.2 below on every query: sd 0
+    picked = {b: (x["method"], x["encoding"]) if x else None for b in (8, 16, 32, 64, 256)
+              for x in [pick_code(VAL, b)]}
+    assert picked == {8: None, 16: ("dive", "pq16"), 32: ("mrl", "sq4"), 64: ("mrl", "sq8"), 256: ("mrl", "float32")}
+    assert pick_code(VAL, 64, "label-free")["method"] == "pca"
+    # a deficit beyond one standard error: the best itself (SQ8 0.1 below on every query)
+    far = [VAL[0], code("mrl", "sq8", 64, (0.7, 0.5, 0.7, 0.5))]
+    assert pick_code(far, 64)["encoding"] == "sq4"
+    # ties in bytes go to the higher validation score (PQ32 and SQ4 are both 32 B)
+    assert pick_code([VAL[0], code("mrl", "pq32", 32, (0.8, 0.6, 0.7, 0.6))], 32)["encoding"] == "sq4"
+    with pytest.raises(ValueError, match="not the same queries"):
+        level_with(VAL[0], code("mrl", "sq8", 64, (0.7, 0.7, 0.7)))

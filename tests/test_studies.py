@@ -6,7 +6,7 @@ import pytest
 
 from dive_core import report
 from dive_core.records import run_key
-from dive_core.studies import dynamics, efficiency, frontier, shared
+from dive_core.studies import budget, dynamics, efficiency, frontier, shared
 from dive_core.studies.ablation import ablation_study
 from dive_core.studies.dynamics import dynamics_study, first_below
 from dive_core.studies.efficiency import efficiency_study
@@ -219,7 +219,7 @@ def test_frontier_verdict_picks_the_best_label_free_and_supervised_code_at_each_
             row("mrl", "pq8", 8, (1.0, 0.5, 1.0, 0.5), True), row("mrl", "binary_rescore", 8, (1.0,) * 4, True),
             row("dive", "sq8", 64, (0.9,) * 4, True), row("frozen", "float32", 1536, (0.7,) * 4, False, dim=384)]
     seen = [1, 1, 0, 0]
-    entries = frontier.verdict(rows, seen)
+    entries = frontier.verdict(rows, seen, validation=rows)  # validation scores equal to the test's here
     got = {(e["budget"], e["subset"]): (e["label_free"]["method"] + " " + e["label_free"]["encoding"],
                                         e["supervised"]["method"] + " " + e["supervised"]["encoding"],
                                         round(e["mean_diff"], 6), e["n_queries"]) for e in entries}
@@ -233,12 +233,15 @@ def test_frontier_verdict_picks_the_best_label_free_and_supervised_code_at_each_
     assert frontier.best_curve(rows) == [(8, 1.0)]  # the envelope: nothing beats 1.0 at more bytes
     assert frontier.best_curve([rows[0], rows[1], rows[3]]) == [(8, 0.75)]
     grid = {"pq_m": [8, 16], "opq_m": [8], "dims": ["primary"]}
+    c = ctx(["frozen", "pca", "mrl", "dive"], ["scifact"])
+    c.validation = [{"dataset": "scifact", "backbone": "minilm", "stage": "select", "role": "validation", "rows": rows}]
     out = frontier_study([{"dataset": "scifact", "backbone": "minilm", "n_queries": 4, "seen": seen, "rows": rows,
-                           "quantizers": grid}], ctx(["frozen", "pca", "mrl", "dive"], ["scifact"]))
+                           "quantizers": grid}], c)
     assert "the secondary dimension's vectors are not quantized" in out.markdown
     assert "after OPQ's rotation (10 iterations)" in out.markdown
-    assert f"| 8 | all | 4 | pca 64d pq8 | 8 | 1 | 0.5000 | mrl 64d pq8 | 8 | 1 | 0.7500 | +0.2500 | 2027 +0.2500 | {p8:.4f} |" in out.markdown
-    assert "The pick is made on the test queries themselves" in out.markdown
+    assert (f"| 8 | all | 4 | pca 64d pq8 | 8 | 1 | 0.5000 | 0.5000 | mrl 64d pq8 | 8 | 1 | 0.7500 | 0.7500 | +0.2500 | "
+            f"2027 +0.2500 | {p8:.4f} | the pick; the pick |") in out.markdown
+    assert "picked on the validation queries" in out.markdown
     assert "| pca | 64 | 0.5000 |" in out.markdown and "| pq8 (8 B) |" in out.markdown  # the quantizer matrix
     assert "| 8 | pca | 64 | pq8 |" not in out.markdown  # quantizer rows: in the matrix and the TSV, not the grid
     assert {r["encoding"] for r in out.rows} >= {"pq8", "pq16"}
@@ -248,7 +251,9 @@ def test_frontier_verdict_picks_the_best_label_free_and_supervised_code_at_each_
     assert labels == ["label-free, index quantizer", "label-free, other encodings", "supervised, index quantizer",
                       "supervised, other encodings"]
     with pytest.raises(ValueError, match="no `seen` flags"):
-        frontier.verdict(rows, None)
+        frontier.verdict(rows, None, validation=rows)
+    with pytest.raises(ValueError, match="picks its codes on validation queries"):
+        frontier.verdict(rows, seen)
 
 
 def test_frontier_verdict_scores_its_picked_codes_over_the_repeated_seeds():
@@ -269,7 +274,7 @@ def test_frontier_verdict_scores_its_picked_codes_over_the_repeated_seeds():
     repeat = [row("mrl", "pq8", 8, (0.5,) * 4, True, seed=2028), row("mrl", "pq16", 16, (0.99,) * 4, True, seed=2028),
               row("dive", "sq8", 64, (0.8,) * 4, True, seed=2028)]
     seen = [1, 1, 0, 0]
-    entries = {(e["budget"], e["subset"]): e for e in frontier.verdict(rows, seen, repeats=[repeat])}
+    entries = {(e["budget"], e["subset"]): e for e in frontier.verdict(rows, seen, repeats=[repeat], validation=rows)}
     e8, e16, e64 = entries[(8, "all")], entries[(16, "all")], entries[(64, "all")]
     assert e8["supervised"]["encoding"] == "pq8" and e8["supervised_seeds"] == [2027, 2028]
     assert e8["label_free_seeds"] == [2027]
@@ -281,10 +286,10 @@ def test_frontier_verdict_scores_its_picked_codes_over_the_repeated_seeds():
     assert e64["mean_diff"] == pytest.approx(0.25) and e64["diff_by_seed"] == pytest.approx({2027: 0.3, 2028: 0.2})
     assert abs(e64["p_value"] - 0.125) < 0.02
     md = "\n".join(frontier.verdict_markdown(list(entries.values()), "scifact (minilm)"))
-    assert ("| 8 | all | 4 | pca 64d pq8 | 8 | 1 | 0.5000 | mrl 64d pq8 | 8 | 2 | 0.6250 | +0.1250 | "
+    assert ("| 8 | all | 4 | pca 64d pq8 | 8 | 1 | 0.5000 | 0.5000 | mrl 64d pq8 | 8 | 2 | 0.7500 | 0.6250 | +0.1250 | "
             "2027 +0.2500 / 2028 +0.0000 |") in md
-    assert "Each code is picked at seed 2027" in md
-    one = "\n".join(frontier.verdict_markdown(frontier.verdict(rows, seen), "scifact (minilm)"))
+    assert "Each code is scored at seed 2027" in md
+    one = "\n".join(frontier.verdict_markdown(frontier.verdict(rows, seen, validation=rows), "scifact (minilm)"))
     assert "One seed (2027) of each trained map" in one
     # through the study: the repeat's rows reach the TSV with their seed; a repeat of the frontier's own
     # seed, or over other queries, is refused
@@ -293,18 +298,19 @@ def test_frontier_verdict_scores_its_picked_codes_over_the_repeated_seeds():
     rep = {"dataset": "scifact", "backbone": "minilm", "query_ids": list("abcd"), "rows": repeat}
     c = ctx(["frozen", "pca", "mrl", "dive"], ["scifact"])
     c.repeats = [rep]
+    c.validation = [{"dataset": "scifact", "backbone": "minilm", "stage": "select", "role": "validation", "rows": rows}]
     out = frontier_study([rec], c)
     assert "2027 +0.2500 / 2028 +0.0000" in out.markdown and {r["seed"] for r in out.rows} == {2027, 2028}
     assert [r.get("repeat") for r in out.rows if r["seed"] == 2028] == [True] * 3  # publish_tables reads it
     # the label-free pick repeated, the supervised one not: each seed of either code, the other at its mean
     lf_rows = [row("autoencoder", "pq8", 8, (0.6,) * 4, False), row("mrl", "pq8", 8, (1.0, 0.5, 1.0, 0.5), True)]
-    e = frontier.verdict(lf_rows, seen, budgets=(8,), repeats=[[row("autoencoder", "pq8", 8, (0.4,) * 4, False,
-                                                                    seed=2028)]])[0]
+    e = frontier.verdict(lf_rows, seen, budgets=(8,), validation=lf_rows,
+                         repeats=[[row("autoencoder", "pq8", 8, (0.4,) * 4, False, seed=2028)]])[0]
     assert e["label_free_seeds"] == [2027, 2028] and e["mean_diff"] == pytest.approx(0.25)
     assert e["diff_by_seed"] == pytest.approx({2027: 0.15, 2028: 0.35})  # 0.75 - 0.6, 0.75 - 0.4
     # a repeat of MRL 64d that lacks the picked code is refused, naming it
     with pytest.raises(ValueError, match="frontier_seed record of mrl 64d at seed 2028 lacks its code pq8"):
-        frontier.verdict(rows, seen, repeats=[[row("mrl", "sq8", 64, (0.5,) * 4, True, seed=2028)]])
+        frontier.verdict(rows, seen, repeats=[[row("mrl", "sq8", 64, (0.5,) * 4, True, seed=2028)]], validation=rows)
     c.repeats = [{**rep, "query_ids": list("abce")}]
     with pytest.raises(ValueError, match="other test queries"):
         frontier_study([rec], c)
@@ -610,3 +616,62 @@ def test_lr_audit_table_says_how_firmly_each_pick_stands():
     out = lr_audit_study([], ctx(["mrl", "smec"], ["ds"], selection=sel))
     assert "- mrl: lr=0.0001, +0.0021 over lr=0.0002; the lowest lr of the grid." in out.markdown
     assert "- smec: lr=0.0002, +0.0200 over lr=0.0001." in out.markdown
+
+
+def test_the_budget_study_picks_on_validation_and_scores_the_picks_on_test_over_their_seeds(monkeypatch):
+    """Validation rows: tests/test_selection.py's VAL (picks: 16 B DIVE pq16, 32 B MRL sq4, 64 B MRL sq8,
+    256 B MRL float32; the label-free pick from 64 B PCA sq8). Test, four queries (seen: the first two),
+    seed 2027 and a repeat at 2029: MRL sq4 0.6 / 0.4, MRL sq8 (0.9, 0.7, 0.9, 0.7) / 0.7, float32
+    (0.9, 0.8, 0.9, 0.8) / 0.75, PCA sq8 0.5 / 0.5, DIVE pq16 0.7 / 0.5; frozen float32 0.75 (one seed).
+    At 64 B: MRL sq8's mean over seeds 0.75, per query (0.8, 0.7, 0.8, 0.7) - PCA's 0.5 = +0.25 (all four
+    of one sign: p ~ 2/16), - frozen's 0.75 = 0; its regret 0 (the best of at most 64 B on test). At 32 B
+    MRL sq4 scores 0.5 and DIVE pq16 (16 B, 0.7 at seed 2027) beats it on test: regret 0.1. At 8 B no
+    code fits: no entry."""
+    from test_selection import VAL, code
+
+    def test_rows(values, seed=2027):
+        return [code(x["method"], x["encoding"], x["bytes_per_vector"], values[i], x["supervised"], seed=seed)
+                for i, x in enumerate(VAL)]
+
+    rows = test_rows([(0.6,) * 4, (0.9, 0.7, 0.9, 0.7), (0.9, 0.8, 0.9, 0.8), (0.5,) * 4, (0.7,) * 4, (1.0,) * 4])
+    rows.append(code("frozen", "float32", 1536, (0.75,) * 4, False, dim=384))
+    repeat = test_rows([(0.4,) * 4, (0.7,) * 4, (0.75,) * 4, (0.5,) * 4, (0.5,) * 4, (1.0,) * 4], seed=2029)
+    seen = [1, 1, 0, 0]
+    val = [*VAL, code("frozen", "float32", 1536, (0.6,) * 4, False, dim=384)]
+    entries = {e["budget"]: e for e in budget.budget_entries({"rows": rows, "seen": seen}, val, [repeat],
+                                                            [8, 16, 32, 64, 256])}
+    assert sorted(entries) == [16, 32, 64, 256]
+    e64 = entries[64]
+    assert (e64["pick"]["method"], e64["pick"]["encoding"]) == ("mrl", "sq8") and e64["pick_seeds"] == [2027, 2029]
+    assert e64["pick_test"] == pytest.approx(0.75) and e64["label_free_test"] == pytest.approx(0.5)
+    assert e64["tests"]["all"]["vs_label_free"]["diff"] == pytest.approx(0.25)
+    assert abs(e64["tests"]["all"]["vs_label_free"]["p"] - 0.125) < 0.02
+    assert e64["tests"]["all"]["vs_frozen"]["diff"] == pytest.approx(0.0)
+    assert e64["tests"]["seen"]["vs_frozen"]["n"] == 2
+    assert e64["pick_regret"] == pytest.approx(0.0) and e64["label_free_regret"] == pytest.approx(0.0)
+    assert entries[32]["pick_test"] == pytest.approx(0.5) and entries[32]["pick_regret"] == pytest.approx(0.1)
+    assert entries[32]["pick_best_on_test"]["encoding"] == "pq16"
+    assert entries[16]["label_free"] is None and entries[16]["tests"]["all"]["vs_label_free"] is None
+    assert entries[256]["pick"]["encoding"] == "float32" and entries[256]["pick_test"] == pytest.approx(0.8)
+    # through the study: the table and its rows; validation records are required and must match
+    rec = {"dataset": "scifact", "backbone": "minilm", "n_queries": 4, "query_ids": list("abcd"), "seen": seen,
+           "rows": rows}
+    c = ctx([], ["scifact"], budgets=[8, 16, 32, 64, 256])
+    c.repeats = [{"dataset": "scifact", "backbone": "minilm", "query_ids": list("abcd"), "rows": repeat}]
+    c.validation = [{"dataset": "scifact", "backbone": "minilm", "stage": "select", "role": "validation",
+                     "n_queries": 4, "rows": val}]
+    out = budget.budget_study([rec], c)
+    assert "| 64 | **mrl 64d sq8** | 64 | 0.6750 | 0.7500 | 2 | 0.7000-0.8000 | pca 64d sq8 | 64 | 0.6875 | 0.5000 | 2 |" \
+        in out.markdown
+    assert "Each pick reads validation queries only" in out.markdown
+    assert [r["budget"] for r in out.rows] == [16, 32, 64, 256] and out.rows[1]["pick_regret"] == pytest.approx(0.1)
+    figs = _capture_figures(monkeypatch)
+    monkeypatch.setattr(budget, "save", lambda fig, path: figs.append(fig))
+    out.figure("unused.png")
+    assert len(figs) == 1 and figs[0].axes[0].get_xticklabels()[0].get_text() == "16 B"
+    c.validation = []
+    with pytest.raises(ValueError, match="no frontier_validation record"):
+        budget.budget_study([rec], c)
+    c.validation = [{"dataset": "scifact", "backbone": "minilm", "stage": "final", "role": "test", "rows": val}]
+    with pytest.raises(ValueError, match="not the validation queries"):
+        budget.budget_study([rec], c)

@@ -37,7 +37,7 @@ def beir(generated_beir):
 METHODS = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
 RUN = "results/generated-tiny/minilm/{method}/k{k}/final/seed2027"
 STUDIES = ("main", "lr_audit", "tuned", "heads", "ablation", "dynamics", "secondary", "unsupervised",
-           "doc_disjoint", "efficiency", "frontier", "arrival", "arrival_codes", "csr", "arrival_csr")
+           "doc_disjoint", "efficiency", "frontier", "arrival", "arrival_codes", "csr", "arrival_csr", "budget")
 
 
 def default_config() -> dict:
@@ -179,6 +179,42 @@ def test_each_job_imports_only_what_its_work_needs(workdir):
             bad.append(f"{log.relative_to(workdir)}: {sorted(extra)}")
     assert {"train", "evaluate", "select", "table", "frontier", "embed", "export", "triplets"} <= set(kinds), kinds
     assert not bad, "\n".join(bad)
+
+
+def test_the_budget_study_picks_on_validation_and_reruns_only_the_picked_maps(workdir):
+    """The validation record scores every code of the frontier on validation queries with select-stage
+    maps; the frontier_seed record at the budget study's own seed (2029, in no method_seeds of
+    config/test.yaml) holds exactly the fitted maps the pick rule takes from that record; the budget
+    table names each pick's validation and test scores."""
+    from dive_core import records
+    from dive_core.plan.experiments import picked_maps
+    from dive_core.selection import pick_code
+
+    base = workdir / "results/frontier/generated-tiny"
+    val = records.read("frontier", base / "minilm/validation.json")
+    test = records.read("frontier", base / "minilm.json")
+    assert (val["stage"], val["role"]) == ("select", "validation") and (test["stage"], test["role"]) == ("final", "test")
+    key = lambda x: (x["method"], x["dim"], x["encoding"])  # noqa: E731
+    assert sorted(map(key, val["rows"])) == sorted(map(key, test["rows"]))
+    assert not set(val["query_ids"]) & set(test["query_ids"])
+    from dive_core.config import load_yaml
+
+    def merged(a, b):  # Snakemake's --configfile: mappings merged key by key, anything else replaced
+        return {**a, **{k: merged(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+                        for k, v in b.items()}}
+
+    config = merged(default_config(), load_yaml(REPO / "config" / "test.yaml"))
+    picked = picked_maps(config, val["rows"])
+    assert picked, "no map picked"
+    repeat = records.read("frontier", base / "minilm/seed2029.json")
+    fitted = {m for m, _ in picked if m not in ("frozen", "truncate")}
+    assert {x["method"] for x in repeat["rows"]} == fitted
+    md = (workdir / "results/tables/budget.md").read_text(encoding="utf-8")
+    for b in (8, 16, 32, 64, 256):
+        x = pick_code(val["rows"], b)
+        if x is not None:
+            assert f"| {b} | **{x['method']} " in md, b
+    assert "Each pick reads validation queries only" in md
 
 
 def test_efficiency_and_frontier_json(workdir):

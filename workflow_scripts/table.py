@@ -7,7 +7,8 @@ from dive_core.studies import STUDIES, StudyContext
 
 log = runlog.setup(snakemake.log[0])
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
-kind = p.study if p.study in plan.OWN_JSON_STUDIES else "result"  # efficiency, frontier: their own records
+# efficiency, frontier, budget: their own records (a budget study reads the frontier's)
+kind = {"budget": "frontier"}.get(p.study, p.study) if p.study in plan.OWN_JSON_STUDIES else "result"
 kinds = (kind, "efficiency_synthetic") if kind == "efficiency" else (kind,)  # + the synthetic scaling's record
 results = [records.read_one_of(kinds, path) for path in inp.results]
 per_query, train_logs = {}, {}
@@ -19,7 +20,8 @@ if kind == "result":  # each run's per-query and train-log file, declared in the
         per_query[records.run_key(r)], train_logs[records.run_key(r)] = pq, tl
 ctx = StudyContext(name=snakemake.wildcards.experiment, title=p.title, methods=list(p.methods),
                    datasets=list(p.datasets), backbones=list(p.backbones), groups=dict(p.groups), note=p.note,
-                   highlight=p.highlight, versus=list(p.versus), per_query=per_query, train_logs=train_logs,
+                   highlight=p.highlight, versus=list(p.versus), budgets=list(p.budgets), per_query=per_query,
+                   train_logs=train_logs,
                    selection=records.read("selection", inp.selection) if "selection" in inp.keys() else None,
                    picks={path: {**records.read("selection", path), "sha256": sha256_file(path)}
                           for path in (inp.picks if "picks" in inp.keys() else [])})
@@ -38,6 +40,8 @@ if "codes" in inp.keys():  # the arrival study's index quantizers, fitted on the
                                       f"rerun `snakemake --forcerun arrival_codes {path}`")
 if "repeats" in inp.keys():  # the frontier's picked codes at its other seeds (frontier_seed records)
     ctx.repeats = [records.read("frontier", path) for path in inp.repeats]
+if "validation" in inp.keys():  # every frontier code on validation queries: what picks the codes
+    ctx.validation = [records.read("frontier", path) for path in inp.validation]
 study = STUDIES[p.study](results, ctx)
 report.write_tsv(out.runs, report.collect(results) if kind == "result" else study.rows)  # one row per run
 report.write_tsv(out.tsv, study.rows)

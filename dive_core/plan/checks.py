@@ -149,6 +149,9 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
                 raise ConfigError(f"config: efficiency.sparse_method = {sparse!r} is of type "
                                   f"{method_type(config, sparse)!r}, whose vectors are dense (a k-sparse type: csr)")
             continue
+        if exp["study"] == "budget":  # the frontier's codes: its methods, its runs
+            check_budget(config, ename, exp)
+            continue
         if not exp["methods"]:
             raise ConfigError(f"config: experiments.{ename} has no methods")
         for bname in exp["backbones"]:  # each defined (experiment_backbones)
@@ -163,3 +166,66 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
         if len(values) != 3:
             raise ConfigError(f"config: selection.lr_audit.{base} has {len(values)} candidates; the audit "
                               f"gives every method exactly three (docs/protocol.md#validation-only-selection)")
+
+
+def smallest_code(config: Mapping, backbone: str) -> tuple[int, str]:
+    """``(bytes, code)``: the fewest bytes a vector that any code of the frontier (``experiments.frontier``)
+    needs with nothing outside the index, on ``backbone``: 1-bit codes, the index quantizers of
+    ``quantizers:`` at the dimensions they apply to, k-sparse codes."""
+    from ..methods.specs import spec
+    from ..quantizers import grid, parse
+    from ..retrieval import bytes_per_vector
+    from ..sparse import code_bytes
+    from .experiments import frontier_quantized, frontier_runs
+    from .methods import method_hparams
+
+    found = []
+    quantized = frontier_quantized(config, backbone)
+    for m, k in frontier_runs(config, backbone):
+        active = spec(method_type(config, m)).active
+        if active is not None:
+            n = active(method_hparams(config, m))
+            found.append((code_bytes(n, k), f"{m} {n} of {k} sparse"))
+            continue
+        found.append((bytes_per_vector("binary", k), f"{m} {k}d binary"))
+        if (m, k) in quantized:
+            for q in grid(k, config["quantizers"]):
+                if parse(q).kind in ("pq", "opq"):
+                    found.append((parse(q).m * parse(q).bits // 8, f"{m} {k}d {q}"))
+    return min(found)
+
+
+def check_budget(config: Mapping, ename: str, exp: Mapping) -> None:
+    """A budget study: its budgets (a non-empty list, none below the smallest code the frontier makes on
+    any of its backbones) and its frontier (enabled, frozen among its methods: the uncompressed
+    reference), each refusal naming its key; its seeds must start with the frontier's."""
+    from .experiments import enabled_experiments
+
+    key = f"experiments.{ename}"
+    if "frontier" not in enabled_experiments(config):
+        raise ConfigError(f"config: {key}: a budget study picks among the frontier's codes, and "
+                          "experiments.frontier is not enabled")
+    front = experiment(config, "frontier")
+    if not any(method_type(config, m) == "frozen" for m in front["methods"]):
+        raise ConfigError(f"config: {key}: experiments.frontier.methods holds no method of type frozen, the "
+                          "uncompressed reference every pick is tested against")
+    budgets = exp.get("budgets")
+    if not budgets:
+        raise ConfigError(f"config: {key}.budgets is empty: give the bytes per vector to pick a code for, "
+                          "e.g. [8, 16, 32, 64, 256]")
+    for bb in exp["backbones"]:
+        if bb not in front["backbones"]:
+            raise ConfigError(f"config: {key}.backbones: {bb!r} is not among the frontier's backbones "
+                              f"{front['backbones']}")
+        least, code = smallest_code(config, bb)
+        for i, b in enumerate(budgets):
+            if int(b) < least:
+                raise ConfigError(f"config: {key}.budgets[{i}] = {b}: below the smallest code the frontier makes "
+                                  f"on backbone {bb}, {least} bytes a vector ({code})")
+    for ds in exp["datasets"]:
+        if ds not in front["datasets"]:
+            raise ConfigError(f"config: {key}.datasets: {ds!r} is not among the frontier's datasets "
+                              f"{front['datasets']}")
+    if exp["seeds"][:1] != front["seeds"][:1]:
+        raise ConfigError(f"config: {key}.seeds = {exp['seeds']}: the first must be the frontier's "
+                          f"({front['seeds'][0]}), where every code is scored; the others rerun the picked maps")

@@ -8,7 +8,8 @@ from typing import Iterable, Mapping
 
 from ..config import ConfigError
 from .grammar import OWN_JSON_STUDIES
-from .methods import method_k
+from ..methods.specs import spec
+from .methods import method_k, method_type
 
 
 # --------------------------------------------------------------------------- studies and runs
@@ -27,6 +28,10 @@ def experiment(config: Mapping, name: str) -> dict:
     exp.setdefault("dim", "primary")
     exp.setdefault("enabled", True)
     exp.setdefault("methods", [])
+    if exp["study"] == "budget":
+        from ..selection import BUDGETS  # the frontier verdict's
+
+        exp.setdefault("budgets", list(BUDGETS))
     exp["backbones"] = experiment_backbones(config, name, exp)
     return exp
 
@@ -101,22 +106,58 @@ def frontier_runs(config: Mapping, backbone: str) -> list[tuple[str, int]]:
     return runs
 
 
+def budget_experiments(config: Mapping) -> list[str]:
+    """The enabled experiments of study ``budget`` (what to store in B bytes a vector)."""
+    return [n for n in enabled_experiments(config) if experiment(config, n)["study"] == "budget"]
+
+
+def budget_seeds(config: Mapping) -> list[int]:
+    """The seeds at which every fitted frontier method runs again for the budget studies (each one's
+    ``seeds`` but the frontier's first), in increasing order."""
+    first = experiment(config, "frontier")["seeds"][0]
+    return sorted({s for n in budget_experiments(config) for s in experiment(config, n)["seeds"] if s != first})
+
+
+def fitted(config: Mapping, method: str) -> bool:
+    """Whether a method's map is fitted, so that another seed can give other codes (frozen and
+    truncate: no)."""
+    return spec(method_type(config, method)).fitted
+
+
 def frontier_seeds(config: Mapping) -> list[int]:
     """The seeds other than the frontier's first at which some of its methods run again
-    (``experiments.frontier.method_seeds``; a listed method that the study leaves out is ignored), in
-    increasing order: one ``frontier_seed`` record each."""
+    (``experiments.frontier.method_seeds``, a listed method that the study leaves out ignored, and
+    the budget studies' seeds, :func:`budget_seeds`), in increasing order: one ``frontier_seed``
+    record each."""
     exp = experiment(config, "frontier")
     first = exp["seeds"][0]
     return sorted({s for m, seeds in (exp.get("method_seeds") or {}).items() if m in exp["methods"]
-                   for s in seeds if s != first})
+                   for s in seeds if s != first} | set(budget_seeds(config)))
 
 
-def frontier_seed_runs(config: Mapping, backbone: str, seed: int) -> list[tuple[str, int]]:
-    """``[(method, k)]`` of :func:`frontier_runs` whose method runs again at ``seed``
-    (``experiments.frontier.method_seeds``): the rows that the verdict's picked codes are scored on
-    at that seed."""
+def frontier_seed_runs(config: Mapping, backbone: str, seed: int,
+                       picked: Iterable[tuple[str, int]] = ()) -> list[tuple[str, int]]:
+    """``[(method, k)]`` of :func:`frontier_runs` whose method runs again at ``seed``: those of
+    ``experiments.frontier.method_seeds``, and at a budget study's seed the fitted maps of ``picked``
+    (:func:`picked_maps`: the maps whose codes are picked on validation queries). The rows that the
+    verdict's and the budget study's picked codes are scored on at that seed."""
     again = experiment(config, "frontier").get("method_seeds") or {}
-    return [(m, k) for m, k in frontier_runs(config, backbone) if seed in again.get(m, ())]
+    chosen = {tuple(x) for x in picked} if seed in budget_seeds(config) else set()
+    return [(m, k) for m, k in frontier_runs(config, backbone)
+            if seed in again.get(m, ()) or ((m, k) in chosen and fitted(config, m))]
+
+
+def picked_maps(config: Mapping, validation_rows: Iterable[Mapping]) -> list[tuple[str, int]]:
+    """``[(method, k)]``: the maps whose codes :func:`dive_core.selection.pick_code` picks from one
+    ``frontier_validation`` record's rows, at every budget of the budget studies and of the frontier's
+    verdict, for any family, the label-free and the supervised one (sorted)."""
+    from ..selection import BUDGETS, FAMILIES, pick_code
+
+    rows = list(validation_rows)
+    budgets = set(BUDGETS) | {b for n in budget_experiments(config) for b in experiment(config, n)["budgets"]}
+    picks = {(x["method"], int(x["dim"])) for b in budgets for fam in (None, *FAMILIES)
+             for x in [pick_code(rows, b, fam)] if x is not None}
+    return sorted(picks)
 
 
 def frontier_quantized(config: Mapping, backbone: str) -> list[tuple[str, int]]:

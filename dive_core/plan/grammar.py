@@ -10,7 +10,7 @@ from .. import paths
 from ..config import ConfigError
 
 SELECTION_STUDIES = ("lr_audit", "dive_config", "arrival_variants")
-OWN_JSON_STUDIES = ("efficiency", "frontier")  # studies over their own measurement JSONs, not over runs
+OWN_JSON_STUDIES = ("efficiency", "frontier", "budget")  # studies over their own measurement JSONs, not over runs
 # an experiment's keys (config `experiments.<name>`): its stage, its output dimension, its triplets
 STAGES = ("select", "final")  # select: train on train, score validation queries; final: score test queries
 DIMS = ("primary", "secondary")  # which of the backbone's `dims`

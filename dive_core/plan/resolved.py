@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 from .disk import check_default_backbone
 from .experiments import (arrival_code_runs, dataset_groups, defined_backbone, efficiency_runs, enabled_experiments, experiment,
                           experiment_runs, experiment_title, frontier_quantized, frontier_runs, frontier_seed_runs,
-                          frontier_seeds, headline_run)
+                          frontier_seeds, headline_run, budget_seeds, picked_maps)
 from .frozen import freeze, thaw
 from .grammar import ARRIVAL, OWN_JSON_STUDIES, parse_negatives
 from .methods import (arrival_settings, method_entry, method_hparams, method_negatives, method_type,
@@ -180,14 +180,25 @@ class Plan:
     def frontier_seeds(self) -> list[int]:
         return frontier_seeds(self.config)
 
-    def frontier_seed_runs(self, backbone: str, seed: int) -> list[tuple[str, int]]:
-        return frontier_seed_runs(self.config, backbone, seed)
+    def frontier_seed_runs(self, backbone: str, seed: int, picked: Iterable[tuple[str, int]] = ()) -> list[tuple[str, int]]:
+        return frontier_seed_runs(self.config, backbone, seed, picked)
 
-    def frontier_seed_quantized(self, backbone: str, seed: int) -> list[tuple[str, int]]:
+    def frontier_seed_quantized(self, backbone: str, seed: int,
+                                picked: Iterable[tuple[str, int]] = ()) -> list[tuple[str, int]]:
         """The runs of a ``frontier_seed`` job that get the index quantizers' rows (its own share of
         :meth:`frontier_quantized`: another frontier method does not change its params)."""
-        runs = self.frontier_seed_runs(backbone, seed)
+        runs = self.frontier_seed_runs(backbone, seed, picked)
         return [r for r in self.frontier_quantized(backbone) if r in runs]
+
+    def budget_seeds(self) -> list[int]:
+        return budget_seeds(self.config)
+
+    def picked_maps(self, validation_path: str) -> list[tuple[str, int]]:
+        """The maps picked on the validation queries of a ``frontier_validation`` record
+        (:func:`dive_core.plan.experiments.picked_maps`), which run again at a budget study's seeds."""
+        from .. import records
+
+        return picked_maps(self.config, records.read("frontier", validation_path)["rows"])
 
     def arrival_code_runs(self, experiment: str, backbone: str) -> list[tuple[str, int]]:
         return arrival_code_runs(self.config, experiment, backbone)
@@ -353,8 +364,8 @@ class Plan:
             inputs["arrival"] = [paths.ARRIVAL.format(dataset=ds) for ds in self.selection()["datasets"]]
         return inputs
 
-    def _checkpoints(self, w: Mapping, runs: Iterable[tuple[str, int]], seed: int) -> list[str]:
-        return [paths.CHECKPOINT.format(**{**w, "method": m, "k": k, "stage": "final", "seed": seed}) for m, k in runs]
+    def _checkpoints(self, w: Mapping, runs: Iterable[tuple[str, int]], seed: int, stage: str = "final") -> list[str]:
+        return [paths.CHECKPOINT.format(**{**w, "method": m, "k": k, "stage": stage, "seed": seed}) for m, k in runs]
 
     def efficiency_inputs(self, w: Any) -> dict:
         w = _wildcards(w)
@@ -368,12 +379,21 @@ class Plan:
         return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
                 "checkpoints": self._checkpoints(w, runs, self.experiment("frontier")["seeds"][0])}
 
-    def frontier_seed_inputs(self, w: Any) -> dict:
-        """A ``frontier_seed`` job: the embeddings, the splits and the checkpoints, at the job's seed, of
-        the frontier methods that run again at it (:meth:`frontier_seed_runs`)."""
+    def frontier_validation_inputs(self, w: Any) -> dict:
+        """A ``frontier_validation`` job: the frontier's runs at its first seed, select stage (maps
+        trained on the training queries alone), to be scored on the validation queries."""
         w = _wildcards(w)
-        runs = self.frontier_seed_runs(w["backbone"], int(w["seed"]))
-        if not runs:
+        runs = self.frontier_runs(w["backbone"])
+        return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
+                "checkpoints": self._checkpoints(w, runs, self.experiment("frontier")["seeds"][0], "select")}
+
+    def frontier_seed_inputs(self, w: Any, picked: Iterable[tuple[str, int]] = ()) -> dict:
+        """A ``frontier_seed`` job: the embeddings, the splits and the checkpoints, at the job's seed, of
+        the frontier methods that run again at it (:meth:`frontier_seed_runs`; ``picked``: the maps
+        picked on validation, :meth:`picked_maps`)."""
+        w = _wildcards(w)
+        runs = self.frontier_seed_runs(w["backbone"], int(w["seed"]), picked)
+        if not runs and int(w["seed"]) not in self.budget_seeds():  # there: no fitted map picked, an empty record
             raise ConfigError(f"config: experiments.frontier.method_seeds: no method runs at seed {w['seed']}, "
                               f"so there is no {paths.FRONTIER_SEED.format(**w)} to build")
         return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
@@ -397,9 +417,14 @@ class Plan:
             own = [paths.STUDY_JSON[exp["study"]].format(dataset=ds, backbone=bb)
                    for bb in exp["backbones"] for ds in exp["datasets"]]
             inputs = {"results": own + ([paths.SYNTHETIC] if exp["study"] == "efficiency" else [])}
-            if exp["study"] == "frontier" and self.frontier_seeds():  # the verdict's codes at the other seeds
-                inputs["repeats"] = [paths.FRONTIER_SEED.format(dataset=ds, backbone=bb, seed=s) for bb in exp["backbones"]
-                                     for ds in exp["datasets"] for s in self.frontier_seeds()]
+            if exp["study"] in ("frontier", "budget"):  # codes picked on validation queries, then tested
+                seeds = self.frontier_seeds() if exp["study"] == "frontier" else [
+                    s for s in exp["seeds"] if s != self.experiment("frontier")["seeds"][0]]
+                inputs["validation"] = [paths.FRONTIER_VALIDATION.format(dataset=ds, backbone=bb)
+                                        for bb in exp["backbones"] for ds in exp["datasets"]]
+                if seeds:  # the picked codes at the other seeds
+                    inputs["repeats"] = [paths.FRONTIER_SEED.format(dataset=ds, backbone=bb, seed=s)
+                                         for bb in exp["backbones"] for ds in exp["datasets"] for s in seeds]
             return inputs
         runs = self.runs(name)
         inputs = {"results": [paths.EVAL_JSON.format(**r) for r in runs],

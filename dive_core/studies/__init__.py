@@ -4,7 +4,8 @@ table, summary rows (TSV) and one figure (PNG). Every study has the same shape::
     study(results: list[dict], ctx: StudyContext) -> StudyOutput
 
 ``results`` are result records (:mod:`dive_core.records`, kind ``result``) or, for the efficiency
-and frontier studies, their own measurement records; ``ctx`` says which methods, datasets and
+frontier and budget studies, their own measurement records (the budget study reads the
+frontier's); ``ctx`` says which methods, datasets and
 backbones the study covers and carries what a study needs beyond the results: the per-query and
 train-log files its rule declares, the selection record of the learning-rate audit, the arrival
 manifests, the dataset groups, notes. Each figure's caption is in ``report/figure.rst``.
@@ -16,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 
 from .ablation import ablation_study
 from .arrival import arrival_study
+from .budget import budget_study
 from .dynamics import dynamics_study
 from .efficiency import efficiency_study
 from .frontier import frontier_study
@@ -35,6 +37,7 @@ STUDIES: dict[str, Callable[[Sequence[Mapping], StudyContext], StudyOutput]] = {
     "efficiency": efficiency_study,
     "frontier": frontier_study,
     "arrival": arrival_study,
+    "budget": budget_study,
 }
 
 __all__ = ["STUDIES", "StudyContext", "StudyOutput"]

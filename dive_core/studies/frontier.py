@@ -5,38 +5,12 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from .. import report
+from ..selection import (BUDGETS, FAMILIES, TIE_SE, candidates, code_key, code_label, dim_label, family,
+                         index_alone, level_with, pick_code)
 from ..quantizers import is_quantizer, parse
 from .shared import StudyContext, StudyOutput, method_colors, pyplot, save, suptitle
 
-BUDGETS = (8, 16, 32, 64, 256)  # bytes per vector of the verdict
-FAMILIES = ("label-free", "supervised")
 SUBSETS = ("all", "seen", "unseen")
-
-
-def dim_label(row: Mapping, unit: str = "") -> str:
-    """A frontier row's dimension: ``64`` (``unit``: ``64d``), or for a k-sparse code ``16 of 1536``
-    (active of latents; ``16 of 1536 latents`` with a unit)."""
-    if row.get("active"):
-        return f"{row['active']} of {row['dim']}" + (" latents" if unit else "")
-    return f"{row['dim']}{unit}"
-
-
-def index_alone(row: Mapping) -> bool:
-    """Whether a frontier row's search needs nothing outside its index: every encoding but
-    ``binary_rescore``, which also reads float32 vectors kept outside it (on disk)."""
-    return row["encoding"] != "binary_rescore"
-
-
-def family(row: Mapping) -> str:
-    """``supervised``: the row's map was trained on relevance judgments (mrl, search_adaptor, smec,
-    dive, dive-pca, csr, ...); ``label-free``: frozen, truncate, PCA, the autoencoder, csr-free,
-    whatever the encoding (the quantizers fit no label either)."""
-    return "supervised" if row["supervised"] else "label-free"
-
-
-def code_label(row: Mapping) -> str:
-    """``dive 64d opq16``, ``csr-k8 8 of 1536 sparse``."""
-    return f"{row['method']} {dim_label(row, 'd' if not row.get('active') else '')} {row['encoding']}"
 
 
 def _subset(scores: Sequence[float], seen: Sequence[int] | None, subset: str) -> list[float]:
@@ -46,11 +20,6 @@ def _subset(scores: Sequence[float], seen: Sequence[int] | None, subset: str) ->
         raise ValueError("the frontier record holds no `seen` flags: rerun rule frontier")
     want = 1 if subset == "seen" else 0
     return [v for v, s in zip(scores, seen) if s == want]
-
-
-def code_key(row: Mapping) -> tuple:
-    """What names one code across seeds: method, dimension, active latents and encoding."""
-    return row["method"], row["dim"], row.get("active"), row["encoding"]
 
 
 def seed_scores(row: Mapping, repeats: Sequence[Sequence[Mapping]], metric: str) -> dict[int, list[float]]:
@@ -74,29 +43,39 @@ def _over_seeds(scores: Mapping[int, Sequence[float]]) -> list[float]:
     return [sum(v) / len(v) for v in zip(*scores.values())]
 
 
+def tested_row(row: Mapping, tested: Sequence[Mapping], where: str = "the frontier record") -> Mapping:
+    """The row of ``tested`` (scored on test queries) holding the code of ``row`` (:func:`code_key`)."""
+    same = [x for x in tested if code_key(x) == code_key(row)]
+    if not same:
+        raise ValueError(f"{where} holds no test row of {code_label(row)}, picked on validation: rerun rule frontier")
+    return same[0]
+
+
 def verdict(rows: Sequence[Mapping], seen: Sequence[int] | None, budgets: Sequence[int] = BUDGETS,
-            metric: str = "ndcg@10", repeats: Sequence[Sequence[Mapping]] = ()) -> list[dict]:
-    """At each budget: the best label-free and the best supervised code (:func:`family`) among the
-    rows of at most that many bytes per vector that need nothing outside the index
-    (:func:`index_alone`), each the row of highest ``metric`` over all evaluated queries at the rows'
-    seed (picked on the test queries themselves: the p is optimistic), then on every subset of
-    :data:`SUBSETS` (``seen``: per query of the record's ``query_ids``, 1 if a relevant document is a
-    training positive) their means, the difference supervised - label-free and the two-sided paired
-    randomization test's p. ``repeats``: the rows of the same frontier at other seeds
-    (``frontier_seed`` records); a picked code they hold is scored per query as its mean over its
-    seeds (:func:`seed_scores`), and ``diff_by_seed`` holds the difference at each seed of either
-    code (each side at that seed, or its mean over its seeds where it has no such seed). A budget
-    without a code of each family has no entry."""
+            metric: str = "ndcg@10", repeats: Sequence[Sequence[Mapping]] = (),
+            validation: Sequence[Mapping] | None = None) -> list[dict]:
+    """At each budget: the label-free and the supervised code (:func:`family`) that :func:`pick_code`
+    picks from the ``validation`` rows (the frontier's codes scored on validation queries with the
+    select stage's maps), each then scored on the test queries by its row of ``rows`` (final-stage
+    maps), on every subset of :data:`SUBSETS` (``seen``: per query of the record's ``query_ids``, 1 if
+    a relevant document is a training positive): their means, the difference supervised - label-free
+    and the two-sided paired randomization test's p. ``repeats``: the rows of the same frontier at
+    other seeds (``frontier_seed`` records); a picked code they hold is scored per query as its mean
+    over its seeds (:func:`seed_scores`), and ``diff_by_seed`` holds the difference at each seed of
+    either code (each side at that seed, or its mean over its seeds where it has no such seed).
+    ``best_on_test``: per family, the candidate of highest test ``metric`` at the rows' seed, a
+    diagnostic (it picks nothing). A budget without a code of each family has no entry."""
+    if validation is None:
+        raise ValueError("the frontier's verdict picks its codes on validation queries: no frontier_validation "
+                         "record (rerun rule frontier_validation)")
     out = []
     for b in budgets:
-        best = {}
-        for fam in FAMILIES:
-            fits = [x for x in rows if index_alone(x) and x["bytes_per_vector"] <= b and family(x) == fam]
-            if fits:
-                best[fam] = max(fits, key=lambda x: (x[metric], -x["bytes_per_vector"]))
-        if len(best) < 2:
+        best = {fam: pick_code(validation, b, fam, metric) for fam in FAMILIES}
+        if any(v is None for v in best.values()):
             continue
-        lf, sup = best["label-free"], best["supervised"]
+        lf, sup = (tested_row(best[fam], rows) for fam in FAMILIES)
+        on_test = {fam: max(candidates(rows, b, fam), key=lambda x: (x[metric], -x["bytes_per_vector"]))
+                   for fam in FAMILIES}
         lf_seeds, sup_seeds = seed_scores(lf, repeats, metric), seed_scores(sup, repeats, metric)
         lf_mean, sup_mean = _over_seeds(lf_seeds), _over_seeds(sup_seeds)
         for sub in SUBSETS:
@@ -113,6 +92,8 @@ def verdict(rows: Sequence[Mapping], seen: Sequence[int] | None, budgets: Sequen
                 c_s = _subset(lf_seeds.get(s, lf_mean), seen, sub)
                 by_seed[s] = sum(a_s) / len(a_s) - sum(c_s) / len(c_s)
             out.append({"budget": b, "subset": sub, "n_queries": len(a), "label_free": lf, "supervised": sup,
+                        "validation": {"label-free": best["label-free"][metric], "supervised": best["supervised"][metric]},
+                        "best_on_test": on_test,
                         "label_free_seeds": sorted(lf_seeds), "supervised_seeds": sorted(sup_seeds),
                         "label_free_mean": sum(c) / len(c), "supervised_mean": sum(a) / len(a),
                         "mean_diff": sum(a) / len(a) - sum(c) / len(c), "diff_by_seed": by_seed,
@@ -125,33 +106,41 @@ def verdict_markdown(entries: Sequence[Mapping], title: str) -> list[str]:
         return []
     pick_seed = entries[0]["supervised"]["seed"]
     repeated = any(len(e["supervised_seeds"]) > 1 or len(e["label_free_seeds"]) > 1 for e in entries)
-    seeds_text = (f"Each code is picked at seed {pick_seed}; a picked code of a method that the frontier's "
-                  "`method_seeds` runs again is then scored at each of its seeds (`seeds`), its per-query "
-                  "nDCG@10 averaged over them before the test, and Δ by seed lists the difference at each seed "
+    seeds_text = (f"Each code is scored at seed {pick_seed} and, where the frontier runs its method again "
+                  "(`method_seeds`, a budget study's `seeds`), at each of those seeds (`seeds`), its per-query "
+                  "nDCG@10 averaged over them before the test; Δ by seed lists the difference at each seed "
                   "of either code (a code with one seed counts at its mean: frozen's codes have no map to "
                   "retrain, and the quantizers' k-means seed is fixed). " if repeated else
-                  f"One seed ({pick_seed}) of each trained map (the frontier's `method_seeds` repeats none of "
-                  "the picked codes). ")
-    lines = ["", f"#### {title}: the best label-free and the best supervised code at each budget", "",
-             "At each budget (bytes per vector): among the codes of at most that many bytes that need nothing "
-             "outside the index (no re-scoring), the label-free code (no relevance judgment: frozen, truncate, "
+                  f"One seed ({pick_seed}) of each trained map (the frontier repeats none of the picked codes). ")
+    lines = ["", f"#### {title}: the label-free and the supervised code picked at each budget", "",
+             "At each budget (bytes per vector), among the codes of at most that many bytes that need nothing "
+             "outside the index (no re-scoring): the label-free code (no relevance judgment: frozen, truncate, "
              "PCA, the autoencoder, csr-free, under any encoding, the index quantizers included) and the "
-             "supervised code of highest nDCG@10 over all test queries, then each subset's means, Δ = "
-             "supervised - label-free and the two-sided paired randomization test (10,000 sign flips) over "
-             "per-query nDCG@10. **The pick is made on the test queries themselves** (the frontier evaluates "
-             "no validation run), so each p is optimistic: read a small p as the size of a gap between the "
-             "best codes, not as a pre-registered test. " + seeds_text +
-             "`seen`: test queries with a relevant document among the training positives; `unseen`: none.",
-             "", "| budget B | queries | n | label-free code | B | seeds | nDCG@10 | supervised code | B | seeds | "
-                 "nDCG@10 | Δ | Δ by seed | p |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "supervised code **picked on the validation queries** (every code scored with the select stage's "
+             "maps, trained on the training queries alone; rule: the map of the best code on validation, then "
+             f"of that map's codes level with it, within {TIE_SE:g} standard error of the paired per-query "
+             "difference, the one of most bytes), each then scored on the test queries with the final stage's "
+             "maps: each subset's means, Δ = supervised - label-free and the two-sided paired randomization "
+             "test (10,000 sign flips) over per-query nDCG@10. No test score chooses a code. " + seeds_text +
+             "`seen`: test queries with a relevant document among the training positives; `unseen`: none. "
+             "*Best on test* names, as a diagnostic that chooses nothing, the family's code of highest test "
+             "nDCG@10 at the pick's seed (what this verdict picked before it read validation queries) where it "
+             "is not the pick, with the pick's shortfall to it.",
+             "", "| budget B | queries | n | label-free code | B | seeds | val | nDCG@10 | supervised code | B | "
+                 "seeds | val | nDCG@10 | Δ | Δ by seed | p | best on test (label-free; supervised) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         lf, sup = e["label_free"], e["supervised"]
         by_seed = " / ".join(f"{s} {e['diff_by_seed'][s]:+.4f}" for s in sorted(e["diff_by_seed"]))
+        diag = "the picks" if e["subset"] != "all" else "; ".join(
+            "the pick" if code_key(e["best_on_test"][fam]) == code_key(x) else
+            f"{code_label(e['best_on_test'][fam])} (-{e['best_on_test'][fam]['ndcg@10'] - x['ndcg@10']:.4f})"
+            for fam, x in (("label-free", lf), ("supervised", sup)))
         lines.append(f"| {e['budget']} | {e['subset']} | {e['n_queries']} | {code_label(lf)} | "
-                     f"{lf['bytes_per_vector']} | {len(e['label_free_seeds'])} | {e['label_free_mean']:.4f} | "
-                     f"{code_label(sup)} | {sup['bytes_per_vector']} | {len(e['supervised_seeds'])} | "
-                     f"{e['supervised_mean']:.4f} | {e['mean_diff']:+.4f} | {by_seed} | {e['p_value']:.4f} |")
+                     f"{lf['bytes_per_vector']} | {len(e['label_free_seeds'])} | {e['validation']['label-free']:.4f} | "
+                     f"{e['label_free_mean']:.4f} | {code_label(sup)} | {sup['bytes_per_vector']} | "
+                     f"{len(e['supervised_seeds'])} | {e['validation']['supervised']:.4f} | {e['supervised_mean']:.4f} | "
+                     f"{e['mean_diff']:+.4f} | {by_seed} | {e['p_value']:.4f} | {diag if e['subset'] == 'all' else ''} |")
     return lines
 
 
@@ -294,6 +283,25 @@ def sparse_against_dense(rows: Sequence[Mapping], metric: str = "ndcg@10") -> li
     return out
 
 
+def validation_rows(ctx: StudyContext, record: Mapping) -> list[Mapping]:
+    """The rows of the ``frontier_validation`` record of ``record``'s dataset and backbone: the same codes
+    on validation queries (select-stage maps); refused where there is none or it is not of validation
+    queries, or where it scores another set of codes."""
+    where = f"{record['dataset']} ({record['backbone']})"
+    found = [v for v in ctx.validation if (v["dataset"], v["backbone"]) == (record["dataset"], record["backbone"])]
+    if not found:
+        raise ValueError(f"{where}: no frontier_validation record, so no code can be picked without the test "
+                         "queries: rerun rule frontier_validation")
+    v = found[0]
+    if v.get("role") != "validation" or v.get("stage") != "select":
+        raise ValueError(f"{where}: the frontier_validation record scores {v.get('role')!r} queries "
+                         f"(stage {v.get('stage')!r}), not the validation queries of the select stage")
+    if {code_key(x) for x in v["rows"]} != {code_key(x) for x in record["rows"]}:
+        raise ValueError(f"{where}: the frontier_validation record holds other codes than the frontier's; "
+                         "rerun rule frontier_validation")
+    return v["rows"]
+
+
 def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """Frontier JSONs: held-out nDCG@10 and Recall@10 against bytes per vector for every method,
     dimension and encoding; Pareto front marked."""
@@ -341,7 +349,8 @@ def frontier_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput
                 rows += [{"dataset": r["dataset"], "backbone": r["backbone"], "repeat": True,
                           **{f: v for f, v in y.items() if f not in ("per_query", "pareto")}}
                          for y in x["rows"]]  # `repeat`: the row of a frontier_seed record (publish_tables)
-            lines += verdict_markdown(verdict(r["rows"], r.get("seen"), repeats=reps), where)
+            lines += verdict_markdown(verdict(r["rows"], r.get("seen"), repeats=reps,
+                                              validation=validation_rows(ctx, r)), where)
         small = [x for x in r["rows"] if x["bytes_per_vector"] <= 64]
         best = max(small, key=lambda x: x["ndcg@10"], default=None)
         alone = max((x for x in small if index_alone(x)), key=lambda x: x["ndcg@10"], default=None)

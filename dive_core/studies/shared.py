@@ -42,6 +42,10 @@ class StudyContext:
     arrival: dict[str, dict] = field(default_factory=dict)  # arrival: dataset -> its arrival manifest
     codes: list[dict] = field(default_factory=list)  # arrival: its arrival_codes records (index quantizers)
     repeats: list[dict] = field(default_factory=list)  # frontier: its frontier_seed records (other seeds)
+    # frontier, budget: the frontier_validation records (validation queries, select-stage maps), whose
+    # scores alone pick the codes
+    validation: list[dict] = field(default_factory=list)
+    budgets: list[int] = field(default_factory=list)  # budget: bytes per vector at which a code is picked
 
 
 @dataclass

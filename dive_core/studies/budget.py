@@ -1,0 +1,240 @@
+"""The budget study: what to store in B bytes a vector, decided on this corpus's validation queries and
+tested on its test queries.
+
+For each budget of ``experiments.<name>.budgets`` the candidates are the frontier's codes of at most
+that many bytes that need nothing outside the index (every method and dimension under every encoding
+and index quantizer; label-free and supervised). :func:`dive_core.studies.frontier.pick_code` picks
+one code, and one label-free code, from the ``frontier_validation`` record alone (select-stage maps,
+trained on the training queries, scored on the validation queries). Each pick is then read from the
+frontier's test record (final-stage maps, trained on training + validation queries) at the
+frontier's seed and, through the ``frontier_seed`` records, at the study's other ``seeds``; its
+per-query nDCG@10 averaged over its seeds is paired-tested against the label-free pick's and against
+frozen float32 on all, seen and unseen test queries. The best candidate on test and the pick's
+shortfall to it (the regret, both at the frontier's seed) are diagnostics: they choose nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Mapping, Sequence
+
+from .. import report
+from ..selection import TIE_SE, candidates, code_key, code_label, pick_code
+from .frontier import SUBSETS, _over_seeds, _subset, seed_scores, tested_row, validation_rows
+from .shared import StudyContext, StudyOutput, pyplot, save, suptitle
+
+METRIC = "ndcg@10"
+RUNNERS_UP = 3  # the candidates next to the pick on validation, named in the table
+
+
+def frozen_float32(rows: Sequence[Mapping]) -> Mapping:
+    """The uncompressed reference: the frozen embeddings in float32."""
+    found = [x for x in rows if x.get("method_type") == "frozen" and x["encoding"] == "float32"]
+    if not found:
+        raise ValueError("the frontier record holds no frozen float32 row: the budget study needs method frozen "
+                         "among the frontier's methods")
+    return found[0]
+
+
+def _seeds_of(row: Mapping, repeats: Sequence[Sequence[Mapping]]) -> dict[int, list[float]]:
+    return seed_scores(row, repeats, METRIC)
+
+
+def _paired(a: Sequence[float], b: Sequence[float], seen, sub: str) -> dict:
+    x, y = _subset(a, seen, sub), _subset(b, seen, sub)
+    if not x:
+        return {"n": 0, "diff": None, "p": None}
+    return {"n": len(x), "diff": sum(x) / len(x) - sum(y) / len(y), "p": report.paired_randomization(x, y)}
+
+
+def budget_entries(record: Mapping, validation: Sequence[Mapping], repeats: Sequence[Sequence[Mapping]],
+                   budgets: Sequence[int]) -> list[dict]:
+    """One entry per budget of ``budgets`` at which some code fits: the pick and the label-free pick
+    (on ``validation``), their test scores over their seeds, the paired tests on every subset of
+    :data:`SUBSETS` against the label-free pick and against frozen float32, the runners-up on
+    validation and, as diagnostics, the best candidates on test and each pick's regret."""
+    rows, seen = record["rows"], record.get("seen")
+    frozen = frozen_float32(rows)
+    frozen_mean = _over_seeds(_seeds_of(frozen, repeats))
+    out = []
+    for b in budgets:
+        pick_v = pick_code(validation, b)
+        if pick_v is None:
+            continue
+        lf_v = pick_code(validation, b, "label-free")
+        pick = tested_row(pick_v, rows)
+        lf = tested_row(lf_v, rows) if lf_v is not None else None
+        entry = {"budget": b, "pick": pick, "pick_validation": pick_v[METRIC]}
+        for name, row in (("pick", pick), ("label_free", lf)):
+            if row is None:
+                entry[name] = None
+                continue
+            by_seed = _seeds_of(row, repeats)
+            means = {s: sum(v) / len(v) for s, v in by_seed.items()}
+            entry[f"{name}_seeds"] = sorted(by_seed)
+            entry[f"{name}_by_seed"] = means
+            entry[f"{name}_test"] = statistics.fmean(means.values())
+            entry[f"{name}_per_query"] = _over_seeds(by_seed)
+        entry["label_free"] = lf
+        entry["label_free_validation"] = lf_v[METRIC] if lf_v is not None else None
+        entry["frozen"] = frozen
+        entry["frozen_test"] = sum(frozen_mean) / len(frozen_mean)
+        entry["tests"] = {}
+        for sub in SUBSETS:
+            entry["tests"][sub] = {
+                "vs_label_free": (_paired(entry["pick_per_query"], entry["label_free_per_query"], seen, sub)
+                                  if lf is not None else None),
+                "vs_frozen": _paired(entry["pick_per_query"], frozen_mean, seen, sub)}
+        ranked = sorted(candidates(validation, b), key=lambda x: (-x[METRIC], x["bytes_per_vector"]))
+        entry["runners_up"] = [x for x in ranked if code_key(x) != code_key(pick_v)][:RUNNERS_UP]
+        entry["candidates"] = len(ranked)
+        for name, row, fam in (("pick", pick, None), ("label_free", lf, "label-free")):
+            if row is None:
+                continue
+            best = max(candidates(rows, b, fam), key=lambda x: (x[METRIC], -x["bytes_per_vector"]))
+            entry[f"{name}_best_on_test"] = best
+            entry[f"{name}_regret"] = best[METRIC] - row[METRIC]  # both at the frontier's seed
+        out.append(entry)
+    return out
+
+
+def _p(t: Mapping | None) -> str:
+    if not t or t["diff"] is None:
+        return "-"
+    return f"{t['diff']:+.4f} (p {t['p']:.4f})"
+
+
+def _spread(entry: Mapping, name: str) -> str:
+    v = list(entry[f"{name}_by_seed"].values())
+    return f"{min(v):.4f}-{max(v):.4f}" if len(v) > 1 else "one seed"
+
+
+def budget_markdown(entries: Sequence[Mapping], record: Mapping, n_validation: int) -> list[str]:
+    where = f"{record['dataset']} ({record['backbone']})"
+    lines = [f"### {where}: {record['n_queries']} test queries, {n_validation} validation queries", ""]
+    if not entries:
+        return lines + ["No code fits any of the budgets.", ""]
+    lines += ["| budget B | pick | B | val nDCG@10 | test nDCG@10 | seeds | by seed | label-free pick | B | val | "
+              "test | seeds | pick - label-free | pick - frozen float32 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        lf = e["label_free"]
+        lf_cells = (f"{code_label(lf)} | {lf['bytes_per_vector']} | {e['label_free_validation']:.4f} | "
+                    f"{e['label_free_test']:.4f} | {len(e['label_free_seeds'])}" if lf is not None else "- | - | - | - | -")
+        lines.append(f"| {e['budget']} | **{code_label(e['pick'])}** | {e['pick']['bytes_per_vector']} | "
+                     f"{e['pick_validation']:.4f} | {e['pick_test']:.4f} | {len(e['pick_seeds'])} | "
+                     f"{_spread(e, 'pick')} | {lf_cells} | {_p(e['tests']['all']['vs_label_free'])} | "
+                     f"{_p(e['tests']['all']['vs_frozen'])} |")
+    frozen = entries[0]
+    lines += ["", f"Frozen float32 ({frozen['frozen']['bytes_per_vector']} B a vector, the uncompressed reference): "
+                  f"test nDCG@10 {frozen['frozen_test']:.4f}.", "",
+              "On the test queries a relevant document of which is a training positive (`seen`) and on the others "
+              "(`unseen`): the pick's mean difference and p.", "",
+              "| budget B | seen n | pick - label-free | pick - frozen | unseen n | pick - label-free | pick - frozen |",
+              "|---|---|---|---|---|---|---|"]
+    for e in entries:
+        s, u = e["tests"]["seen"], e["tests"]["unseen"]
+        lines.append(f"| {e['budget']} | {s['vs_frozen']['n']} | {_p(s['vs_label_free'])} | {_p(s['vs_frozen'])} | "
+                     f"{u['vs_frozen']['n']} | {_p(u['vs_label_free'])} | {_p(u['vs_frozen'])} |")
+    lines += ["", "Diagnostics, which choose nothing: the runners-up on validation (nDCG@10), and the candidate of "
+                  "highest test nDCG@10 at the frontier's seed with the pick's shortfall to it (regret; 0: the pick "
+                  "is the best on test).", "",
+              "| budget B | candidates | runners-up on validation | best on test | regret | best label-free on test "
+              "| regret |", "|---|---|---|---|---|---|---|"]
+    for e in entries:
+        ups = "; ".join(f"{code_label(x)} {x[METRIC]:.4f}" for x in e["runners_up"]) or "-"
+        best = e["pick_best_on_test"]
+        lf_best = (f"{code_label(e['label_free_best_on_test'])} {e['label_free_best_on_test'][METRIC]:.4f} | "
+                   f"{e['label_free_regret']:.4f}") if e["label_free"] is not None else "- | -"
+        lines.append(f"| {e['budget']} | {e['candidates']} | {ups} | {code_label(best)} {best[METRIC]:.4f} | "
+                     f"{e['pick_regret']:.4f} | {lf_best} |")
+    return lines + [""]
+
+
+def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
+    """Frontier records (test), with the study's ``validation`` and ``repeats`` records: per budget the
+    code to store, picked on validation queries, and its test scores and tests."""
+    budgets = list(ctx.budgets)
+    lines = [f"## {ctx.title}", "",
+             "What to store in B bytes a vector on this corpus. At each budget B the candidates are every code of "
+             "the frontier of at most B bytes a vector that needs nothing outside the index (each method and "
+             "dimension under float32, float16, SQ8, 1-bit codes and the index quantizers). **Each pick reads "
+             "validation queries only**: every candidate is scored on them with the select stage's maps (trained "
+             "on the training queries; codebooks fitted on the corpus). Rule: the map (method, dimension) of the "
+             "best code on validation nDCG@10; then, of that map's codes level with that best (a paired per-query "
+             f"deficit within {TIE_SE:g} standard error), the one of most bytes, as the budget allows them; ties to "
+             "the higher validation score. The label-free pick is made the same way among codes fitted without "
+             "relevance judgments. Each pick is then scored on the test queries with the final stage's maps "
+             "(trained on training and validation queries), at each of its seeds (frozen's codes and the "
+             "quantizers' k-means have one), its per-query nDCG@10 averaged over them, and paired-tested (two-sided "
+             "randomization, 10,000 sign flips) against the label-free pick and against frozen float32.", ""]
+    rows, all_entries = [], []
+    for r in results:
+        val = validation_rows(ctx, r)
+        reps = [x["rows"] for x in ctx.repeats if (x["dataset"], x["backbone"]) == (r["dataset"], r["backbone"])]
+        for x in ctx.repeats:
+            if (x["dataset"], x["backbone"]) == (r["dataset"], r["backbone"]) and x["query_ids"] != r["query_ids"]:
+                raise ValueError(f"{r['dataset']} ({r['backbone']}): a frontier_seed record scores other test "
+                                 "queries than the frontier's; rerun rule frontier_seed")
+        n_val = next(v["n_queries"] for v in ctx.validation
+                     if (v["dataset"], v["backbone"]) == (r["dataset"], r["backbone"]))
+        entries = budget_entries(r, val, reps, budgets)
+        all_entries.append((r, entries))
+        lines += budget_markdown(entries, r, n_val)
+        for e in entries:
+            row = {"dataset": r["dataset"], "backbone": r["backbone"], "budget": e["budget"],
+                   "pick": code_label(e["pick"]), "pick_bytes": e["pick"]["bytes_per_vector"],
+                   "pick_validation": e["pick_validation"], "pick_test": e["pick_test"],
+                   "pick_seeds": len(e["pick_seeds"]),
+                   "label_free_pick": code_label(e["label_free"]) if e["label_free"] else None,
+                   "label_free_validation": e["label_free_validation"], "label_free_test": e.get("label_free_test"),
+                   "frozen_test": e["frozen_test"], "pick_regret": e["pick_regret"],
+                   "best_on_test": code_label(e["pick_best_on_test"]),
+                   "label_free_regret": e.get("label_free_regret"), "candidates": e["candidates"]}
+            for sub in SUBSETS:
+                for name in ("vs_label_free", "vs_frozen"):
+                    t = e["tests"][sub][name] or {}
+                    row[f"{sub}_{name}_diff"], row[f"{sub}_{name}_p"] = t.get("diff"), t.get("p")
+            rows.append(row)
+
+    def figure(path):
+        plt = pyplot()
+        n = max(1, len(all_entries))
+        fig, axes = plt.subplots(1, n, figsize=(7 * n, 4.8), dpi=120, squeeze=False)
+        for ax, (r, entries) in zip(axes[0], all_entries):
+            xs = list(range(len(entries)))
+            for name, color, label, dx in (("pick", "tab:red", "pick (validation)", -0.08),
+                                           ("label_free", "#000080", "label-free pick (validation)", 0.08)):
+                pts = [(i + dx, e) for i, e in zip(xs, entries) if e[name] is not None]
+                if not pts:
+                    continue
+                means = [e[f"{name}_test"] for _, e in pts]
+                lo = [m - min(e[f"{name}_by_seed"].values()) for m, (_, e) in zip(means, pts)]
+                hi = [max(e[f"{name}_by_seed"].values()) - m for m, (_, e) in zip(means, pts)]
+                ax.errorbar([x for x, _ in pts], means, yerr=[lo, hi], fmt="o", color=color, capsize=4,
+                            markersize=7, label=label + " on test, seeds' range")
+                for (x, e), m in zip(pts, means):
+                    same = name == "label_free" and code_key(e["label_free"]) == code_key(e["pick"])
+                    text = "(the same code)" if same else code_label(e[name]).replace(" ", "\n", 1)
+                    ax.annotate(text, (x, m), textcoords="offset points", xytext=(-4 if name == "pick" else 4, 6),
+                                ha="right" if name == "pick" else "left", fontsize=6, color=color)
+            best = [e["pick_best_on_test"][METRIC] for e in entries]
+            ax.scatter(xs, best, marker="_", s=300, color="black", label="best candidate on test (diagnostic)")
+            for x, e, bt in zip(xs, entries, best):  # the regret: the pick's shortfall at the frontier's seed
+                ax.plot([x, x], [e["pick"][METRIC], bt], color="black", linewidth=0.8, linestyle="dotted")
+            if entries:
+                ax.axhline(entries[0]["frozen_test"], color="0.45", linestyle="dashed",
+                           label=f"frozen float32 ({entries[0]['frozen']['bytes_per_vector']} B)")
+            ax.set_xticks(xs, [f"{e['budget']} B" for e in entries])
+            ax.set_xlim(-0.6, len(entries) - 0.4)
+            lo, hi = ax.get_ylim()
+            ax.set_ylim(lo - 0.08 * (hi - lo), hi + 0.05 * (hi - lo))  # room for the labels
+            ax.set_xlabel("budget (bytes per vector)")
+            ax.set_ylabel("test nDCG@10")
+            ax.grid(alpha=0.3, axis="y")
+            ax.set_title(f"{r['dataset']} ({r['backbone']}): the code to store at each budget", fontsize=10)
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+        suptitle(fig, ctx.title)
+        save(fig, path)
+
+    return StudyOutput("\n".join(lines) + "\n", rows, figure)
