@@ -214,9 +214,8 @@ def pick_code(rows: Sequence[Mapping], budget: int, fam: str | None = None, metr
 
     Step 2 reads the budget as a cap to fill: codes of one map tied on validation differ by their
     quantization error, which more bytes can only lower on average, while validation queries too few
-    to tell them apart make the best of them partly chance (on SciFact with MiniLM, MRL 64d in SQ4,
-    SQ8 and float32 scored 0.7406, 0.7366 and 0.7387 on validation and 0.8077, 0.8197 and 0.8197 on
-    test: the best on validation was the worst on test). None when no code fits."""
+    to tell them apart make the best of them partly chance (docs/protocol.md, "The budget study").
+    None when no code fits."""
     fits = candidates(rows, budget, fam)
     if not fits:
         return None

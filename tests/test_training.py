@@ -121,10 +121,6 @@ def test_a_training_does_not_import_torchdynamo():
     loss's backward pass) in a fresh process leaves torch._dynamo unimported: torch.optim's optimizers
     and torch.use_deterministic_algorithms import it (1 to 2 s each of a training job's start);
     training.FusedAdamW and numerics.deterministic do not, and the flag is set all the same."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     code = ("import sys, torch; from dive_core.training import TrainLog, run_epochs, set_seed\n"
             "set_seed(0); assert torch.are_deterministic_algorithms_enabled()\n"
             "assert not torch.is_deterministic_algorithms_warn_only_enabled()\n"
@@ -133,24 +129,26 @@ def test_a_training_does_not_import_torchdynamo():
             "           weight_decay=0.01, seed=0, log_=TrainLog(), progress=False)\n"
             "assert float(p[0]) < 1.0\n"
             "print('torch._dynamo' in sys.modules)")
+    assert _fresh_process(code) == "False"
+
+
+def _fresh_process(code: str) -> str:
+    """What ``code`` prints, run by this interpreter in a fresh process from the repository root."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    return out.stdout.strip()
 
 
 def test_a_compiled_loss_gets_inductors_deterministic_setting():
     """numerics.deterministic leaves TorchInductor unimported; compiled_loss sets Inductor's own
     `deterministic` to PyTorch's flag before compiling, as torch.use_deterministic_algorithms would."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     code = ("import sys, torch; from dive_core import numerics; from dive_core.training import compiled_loss\n"
             "numerics.deterministic(); assert 'torch._inductor.config' not in sys.modules\n"
             "compiled_loss(lambda idx: {'loss': idx.sum()})\n"
             "import torch._inductor.config as c; print(c.deterministic)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "True"
+    assert _fresh_process(code) == "True"
