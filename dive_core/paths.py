@@ -40,6 +40,12 @@ FRONTIER_SEED = "results/frontier/{dataset}/{backbone}/seed{seed}.json"
 # every frontier code on validation queries, select-stage maps (trained on train queries) at the frontier's
 # first seed: what the frontier's verdict and the budget study pick their codes on (never the test queries)
 FRONTIER_VALIDATION = "results/frontier/{dataset}/{backbone}/validation.json"
+# a budget study's pick at one budget, written out: the corpus through the picked map (dive-compress's
+# output), the FAISS index of the picked code, and its card (the pick, its scores and tests, the machine)
+BUDGET_DIR = "results/budget/{experiment}/{dataset}/{backbone}/{budget}B"
+BUDGET_VECTORS = BUDGET_DIR + "/corpus.h5"
+BUDGET_INDEX = BUDGET_DIR + "/index.faiss"
+BUDGET_CARD = BUDGET_DIR + "/card.json"
 # an arrival study's index quantizers (config experiments.<name>.codes): codebooks fitted on the known documents
 ARRIVAL_CODES = "results/arrival_codes/{experiment}/{dataset}/{backbone}.json"
 TABLE = "results/tables/{experiment}.md"
@@ -97,6 +103,7 @@ LOGS = {
     "frontier": "logs/frontier/{dataset}/{backbone}.log",
     "frontier_seed": "logs/frontier/{dataset}/{backbone}/seed{seed}.log",
     "frontier_validation": "logs/frontier/{dataset}/{backbone}/validation.log",
+    "budget_index": "logs/budget_index/{experiment}/{dataset}/{backbone}/{budget}B.log",
     "arrival_codes": "logs/arrival_codes/{experiment}/{dataset}/{backbone}.log",
     "fetch_model": "logs/fetch_model/{backbone}.log",
     "python_env": "logs/python_env/{env}.log",

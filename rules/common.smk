@@ -15,6 +15,9 @@ from dive_core.paths import (
     FRONTIER,
     FRONTIER_SEED,
     FRONTIER_VALIDATION,
+    BUDGET_CARD,
+    BUDGET_INDEX,
+    BUDGET_VECTORS,
     HEADLINE,
     LOGS,
     MODEL_DIR,
@@ -139,3 +142,10 @@ def picked_maps(wc):
         return []
     path = checkpoints.frontier_validation.get(dataset=wc.dataset, backbone=wc.backbone).output[0]
     return PLAN.picked_maps(path)
+
+
+def budget_pick(wc):
+    """The code budget study wc.experiment picks at wc.budget bytes on validation queries (checkpoint
+    frontier_validation): its row of the validation record."""
+    path = checkpoints.frontier_validation.get(dataset=wc.dataset, backbone=wc.backbone).output[0]
+    return PLAN.budget_pick(wc, path)

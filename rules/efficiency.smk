@@ -139,6 +139,31 @@ checkpoint frontier_validation:
         "../workflow_scripts/frontier.py"
 
 
+# A budget study's pick at one budget written out for use: the corpus through the picked map and the
+# FAISS index of the picked code, made as `dive-compress CHECKPOINT embeddings.h5 corpus.h5 --group
+# corpus --faiss index.faiss [--index FACTORY]` makes them, and a card with the pick's scores and tests.
+rule budget_index:
+    input:
+        unpack(lambda wc: PLAN.budget_index_inputs(wc, budget_pick(wc))),
+    output:
+        vectors=BUDGET_VECTORS,
+        index=BUDGET_INDEX,
+        card=BUDGET_CARD,
+    log:
+        LOGS["budget_index"],
+    conda:
+        "../envs/train-gpu.yaml"
+    threads: PLAN.setting("threads", "evaluate")
+    resources:
+        mem_mb=job_resource("measure", "mem_mb"),
+        runtime=job_resource("measure", "runtime"),
+    params:
+        pick=budget_pick,
+        top_k=PLAN.setting("evaluation", "top_k"),
+    script:
+        "../workflow_scripts/budget_index.py"
+
+
 # An arrival study's vectors under the index quantizers, every codebook and rotation fitted on the
 # documents known at training time (experiments.<name>.codes); the whole corpus is searched.
 rule arrival_codes:

@@ -796,3 +796,16 @@ def test_sq8_codes_saturate_beyond_the_calibrated_range_and_never_wrap():
                               [127, 127, -128], [-128, -128, -128], [127, -128, -128]]
     back = sq8_decode(codes, vmin, vdiff)
     np.testing.assert_allclose(back[3, :2], vmin[:2] + 255.5 / 255 * vdiff[:2], rtol=1e-6)  # the top cell, not the bottom
+
+
+def test_a_code_index_refuses_sparse_codes_and_unknown_encodings_by_name(tmp_path):
+    """dive_core.compress.cli.code_index (rule budget_index): a k-sparse code has no FAISS index, and an
+    encoding that is neither a frontier encoding nor an index quantizer is named; nothing is written."""
+    from dive_core.compress.errors import CompressError
+    from dive_core.compress.cli import code_index
+
+    with pytest.raises(CompressError, match="a k-sparse code has no FAISS index"):
+        code_index(tmp_path / "m.pt", tmp_path / "e.h5", "sparse", tmp_path / "v.h5", tmp_path / "i.faiss")
+    with pytest.raises(CompressError, match="encoding 'int4'"):
+        code_index(tmp_path / "m.pt", tmp_path / "e.h5", "int4", tmp_path / "v.h5", tmp_path / "i.faiss")
+    assert not list(tmp_path.iterdir())

@@ -237,6 +237,11 @@ def test_a_budget_study_reruns_only_the_maps_picked_on_validation_and_refuses_ba
             r"experiments.budget.seeds = \[2028, 2029\]: the first must be the frontier's \(2027\)")
     refused(lambda c: c["experiments"]["frontier"].update(methods=["pca", "mrl"]),
             r"experiments.budget: experiments.frontier.methods holds no method of type frozen")
+    refused(lambda c: c["experiments"]["budget"].update(index=[48]),
+            r"experiments.budget.index\[0\] = 48: not one of experiments.budget.budgets \[8, 16, 32, 64, 256\]")
+    assert "results/budget/budget/scifact/minilm/32B/card.json" in p.targets()
+    with pytest.raises(dcfg.ConfigError, match=r"experiments.budget.budgets = \[8, 16, 32, 64, 256\]: no budget 48"):
+        p.budget_pick({"experiment": "budget", "dataset": "scifact", "backbone": "minilm", "budget": "48"}, "unused")
     refused(lambda c: c["experiments"]["frontier"].update(enabled=False),
             r"experiments.budget: a budget study picks among the frontier's codes")
 

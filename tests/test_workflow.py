@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dive_core import generated
@@ -215,6 +216,39 @@ def test_the_budget_study_picks_on_validation_and_reruns_only_the_picked_maps(wo
         if x is not None:
             assert f"| {b} | **{x['method']} " in md, b
     assert "Each pick reads validation queries only" in md
+
+
+def test_the_budget_index_is_what_dive_compress_writes_for_the_pick(workdir, tmp_path):
+    """`all` writes config.yaml's budget index (experiments.budget.index: [32]): the pick at 32 bytes on
+    validation queries, its FAISS index over the whole corpus and its card. The card's dive-compress
+    command, run again into another folder, gives an index with the same top 10 for every test query."""
+    import faiss
+
+    from dive_core import records
+    from dive_core.embeddings import read_embeddings
+    from dive_core.methods import Method
+    from dive_core.selection import pick_code
+    from dive_core.splits import eval_queries
+
+    out = workdir / "results/budget/budget/generated-tiny/minilm/32B"
+    card = json.loads((out / "card.json").read_text())
+    val = records.read("frontier", workdir / "results/frontier/generated-tiny/minilm/validation.json")
+    x = pick_code(val["rows"], 32)
+    assert (card["method"], card["dim"], card["encoding"]) == (x["method"], x["dim"], x["encoding"])
+    assert card["bytes_per_vector"] <= 32 and card["index"]["ntotal"] == 500
+    assert card["validation"]["ndcg@10"] == x["ndcg@10"] and card["runtime"]["cpu"]
+    if card["dive_compress"] is None:  # a 1-bit code: FAISS's binary index, which dive-compress does not write
+        assert card["encoding"] == "binary"
+        return
+    args = [a if not a.startswith(str(out.relative_to(workdir))) else str(tmp_path / Path(a).name)
+            for a in card["dive_compress"][1:]]
+    subprocess.run([sys.executable, "-m", "dive_core.compress", *args], cwd=workdir, check=True, timeout=600)
+    manifest = records.read("splits", workdir / "results/generated-tiny/splits.json")
+    emb = read_embeddings(workdir / "results/generated-tiny/minilm/embeddings.h5")
+    method = Method.load(workdir / card["checkpoint"])
+    q = np.ascontiguousarray(method.compress(emb.query_rows(eval_queries(manifest, "final")), side="query"))
+    ours, again = faiss.read_index(str(out / "index.faiss")), faiss.read_index(str(tmp_path / "index.faiss"))
+    assert np.array_equal(ours.search(q, 10)[1], again.search(q, 10)[1])
 
 
 def test_efficiency_and_frontier_json(workdir):

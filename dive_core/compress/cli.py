@@ -138,3 +138,50 @@ def _drift_reports(drift: list, args) -> list[dict]:
         print(describe(report, where), file=sys.stderr)
         out.append({"input": where, **report})
     return out
+
+
+def code_index(checkpoint: str | Path, embeddings: str | Path, encoding: str, vectors: str | Path,
+               index: str | Path, quantizer_settings: dict | None = None, threads: int | None = None) -> dict:
+    """The corpus of a workflow embedding file (``embeddings``, group ``corpus``) through the compressor
+    of ``checkpoint`` into ``vectors`` and the FAISS index of one frontier code (``encoding``: float32,
+    float16, sq8, binary or an index quantizer of :mod:`dive_core.quantizers`) into ``index``, made as
+    ``dive-compress`` makes them: returns ``{"command": the dive-compress arguments (None for a
+    1-bit code, which dive-compress does not write), "factory": the FAISS factory string or None}``.
+
+    A 1-bit code (``binary``) has no float index: its sign codes go into FAISS's ``IndexBinaryFlat``
+    (what the frontier searched), written beside the float32 vectors. A k-sparse code is refused:
+    dive-compress stores it as (index, fp16 value) pairs (``--encoding sparse``), not in FAISS."""
+    from .. import quantizers as Q
+    from ..atomic import atomic_path
+    from ..vectors import open_vectors
+    from .model import _method
+
+    store = {"float32": "float32", "float16": "float16", "sq8": "int8", "binary": "float32"}
+    if encoding == SPARSE_ENCODING:
+        raise CompressError("a k-sparse code has no FAISS index: dive-compress --encoding sparse stores its "
+                            "(index, fp16 value) pairs, searched exactly (dive_core.sparse)")
+    factory = None
+    if Q.is_quantizer(encoding):
+        factory = Q.factory_string(encoding, _method(checkpoint, "cpu").k)
+    elif encoding not in store:
+        raise CompressError(f"encoding {encoding!r}: expected one of {sorted(store)} or an index quantizer")
+    args = [str(checkpoint), str(embeddings), str(vectors), "--group", "corpus", "--quiet",
+            "--encoding", store.get(encoding, "float32")]
+    if threads:
+        args += ["--threads", str(int(threads))]
+    if encoding != "binary":
+        args += ["--faiss", str(index)] + (["--index", factory] if factory else [])
+    if main(args) != 0:
+        raise CompressError(f"dive-compress {' '.join(args)} failed (its message is above)")
+    if encoding == "binary":
+        import faiss
+
+        from ..retrieval import build_index
+
+        import numpy as np
+
+        docs = np.concatenate([m for _, m in open_vectors(vectors, group="corpus").chunks()])
+        with atomic_path(index, suffix=".faiss") as tmp:
+            faiss.write_index_binary(build_index(docs, use_gpu=False, encoding="binary"), str(tmp))
+        return {"command": None, "factory": None}
+    return {"command": ["dive-compress", *args], "factory": factory}

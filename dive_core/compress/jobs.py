@@ -239,3 +239,4 @@ def _compress_codes(method, sets, output: Path, model, id_column: str, rows, pro
         output.parent.mkdir(parents=True, exist_ok=True)
         return Path(write_codes(output, rechunk(blocks, write_rows(method.k)), vf.n, method.k, method.active,
                                 records.compressed_metadata(record), id_column))
+

@@ -222,6 +222,9 @@ def check_budget(config: Mapping, ename: str, exp: Mapping) -> None:
             if int(b) < least:
                 raise ConfigError(f"config: {key}.budgets[{i}] = {b}: below the smallest code the frontier makes "
                                   f"on backbone {bb}, {least} bytes a vector ({code})")
+    for i, b in enumerate(exp.get("index") or []):
+        if b not in budgets:
+            raise ConfigError(f"config: {key}.index[{i}] = {b}: not one of {key}.budgets {list(budgets)}")
     for ds in exp["datasets"]:
         if ds not in front["datasets"]:
             raise ConfigError(f"config: {key}.datasets: {ds!r} is not among the frontier's datasets "

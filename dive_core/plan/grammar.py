@@ -51,4 +51,5 @@ WILDCARDS = {
     "dataset": paths.NAME, "backbone": paths.NAME, "method": paths.NAME, "zipname": paths.NAME,
     "experiment": paths.NAME, "k": r"\d+", "seed": r"\d+", "stage": "|".join(STAGES),
     "negatives": NEGATIVES_WILDCARD, "study": "|".join(SELECTION_STUDIES), "part": paths.PART,
+    "budget": r"\d+",
 }

@@ -257,6 +257,10 @@ class Plan:
                 if name == "main":
                     targets.append(paths.HEADLINE.format(**run))
             targets.append(paths.TABLE.format(experiment=name))
+            exp = self.experiment(name)
+            if exp["study"] == "budget":  # its picks written out as indexes (experiments.<name>.index)
+                targets += [paths.BUDGET_CARD.format(experiment=name, dataset=ds, backbone=bb, budget=b)
+                            for bb in exp["backbones"] for ds in exp["datasets"] for b in exp.get("index") or []]
         targets.append(paths.SELECTION.format(backbone=self.config["backbone"], study="dive_config"))
         return list(dict.fromkeys(targets))
 
@@ -386,6 +390,33 @@ class Plan:
         runs = self.frontier_runs(w["backbone"])
         return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
                 "checkpoints": self._checkpoints(w, runs, self.experiment("frontier")["seeds"][0], "select")}
+
+    def budget_pick(self, w: Any, validation_path: str) -> dict:
+        """The code budget study ``w['experiment']`` picks at ``w['budget']`` bytes a vector
+        (:func:`dive_core.selection.pick_code`) from a ``frontier_validation`` record: its row there."""
+        from .. import records
+        from ..selection import pick_code
+
+        w = _wildcards(w)
+        exp, budget = self.experiment(w["experiment"]), int(w["budget"])
+        if exp["study"] != "budget":
+            raise ConfigError(f"config: experiments.{w['experiment']} is study {exp['study']!r}, not a budget study")
+        if budget not in exp["budgets"]:
+            raise ConfigError(f"config: experiments.{w['experiment']}.budgets = {exp['budgets']}: no budget {budget}")
+        row = pick_code(records.read("frontier", validation_path)["rows"], budget)
+        if row is None:
+            raise ConfigError(f"config: experiments.{w['experiment']}.budgets: no code of {validation_path} fits "
+                              f"in {budget} bytes a vector")
+        return row
+
+    def budget_index_inputs(self, w: Any, pick: Mapping) -> dict:
+        """A ``budget_index`` job: the picked code's final-stage checkpoint at the frontier's first seed,
+        the embeddings and splits, the validation and test records its card reads."""
+        w = _wildcards(w)
+        seed = self.experiment("frontier")["seeds"][0]
+        return {"checkpoint": self._checkpoints(w, [(pick["method"], int(pick["dim"]))], seed)[0],
+                "embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
+                "validation": paths.FRONTIER_VALIDATION.format(**w), "frontier": paths.FRONTIER.format(**w)}
 
     def frontier_seed_inputs(self, w: Any, picked: Iterable[tuple[str, int]] = ()) -> dict:
         """A ``frontier_seed`` job: the embeddings, the splits and the checkpoints, at the job's seed, of

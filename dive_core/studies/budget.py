@@ -238,3 +238,51 @@ def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
         save(fig, path)
 
     return StudyOutput("\n".join(lines) + "\n", rows, figure)
+
+
+def index_card(experiment: str, budget: int, pick: Mapping, made: Mapping, inp, out, top_k: int) -> dict:
+    """The card of a budget study's pick written out (rule budget_index): what was picked and on what,
+    its scores on validation and on test at the frontier's seed, the written index's own search of the
+    test queries (the compressed queries against ``out.index``, through the evaluation path), the
+    dive-compress command that writes the same files, and the candidates."""
+    import faiss
+    import numpy as np
+
+    from .. import records
+    from ..embeddings import read_embeddings
+    from ..evaluation import evaluate_vectors
+    from ..methods import Method
+    from ..splits import eval_queries
+    from ..vectors import open_vectors
+
+    val, test = records.read("frontier", inp.validation), records.read("frontier", inp.frontier)
+    manifest = records.read("splits", inp.splits)
+    emb = read_embeddings(inp.embeddings, expected_source=manifest["source_fingerprint"], against=inp.splits)
+    method = Method.load(inp.checkpoint)
+    queries = method.compress(emb.query_rows(eval_queries(manifest, "final")), side="query")
+    binary = pick["encoding"] == "binary"
+    index = (faiss.read_index_binary if binary else faiss.read_index)(str(out.index))
+    docs = np.concatenate([m for _, m in open_vectors(out.vectors, group="corpus").chunks()])
+    per_query, summary = evaluate_vectors(docs, emb.doc_ids, queries, manifest, "final", top_k, use_gpu=False,
+                                          encoding="binary" if binary else "float32", index=index)
+    tested = tested_row(pick, test["rows"])
+    qids = eval_queries(manifest, "final")
+    ours = [per_query[q]["ndcg@10"] for q in qids]
+    fits = candidates(val["rows"], budget)
+    return {"experiment": experiment, "dataset": val["dataset"], "backbone": val["backbone"], "budget": budget,
+            "code": code_label(pick), "method": pick["method"], "dim": pick["dim"], "encoding": pick["encoding"],
+            "bytes_per_vector": pick["bytes_per_vector"], "supervised": bool(pick.get("supervised")),
+            "rule": f"the best validation map's code of most bytes level with its best (within {TIE_SE:g} SE)",
+            "validation": {"n_queries": val["n_queries"], "ndcg@10": pick[METRIC]},
+            "frontier_test": {"n_queries": test["n_queries"], "seed": tested["seed"], "ndcg@10": tested[METRIC]},
+            "index_test": {"n_queries": summary["n_queries"], **summary["metrics"],
+                           "same_per_query_ndcg_as_frontier": ours == list(tested["per_query"][METRIC])},
+            "index": {"path": str(out.index), "factory": made["factory"], "ntotal": int(index.ntotal),
+                      "faiss": faiss.__version__,
+                      "fitted": ("by dive-compress: its training sample and FAISS's own k-means seed, not the "
+                                 "frontier's quantizer seed, so index_test, not frontier_test, is this file's score"
+                                 if made["factory"] else "nothing to fit but SQ8's ranges, as the frontier's")},
+            "dive_compress": made["command"], "checkpoint": str(inp.checkpoint),
+            "candidates": len(fits),
+            "runners_up": [{"code": code_label(x), "ndcg@10": x[METRIC]} for x in
+                           sorted(fits, key=lambda x: (-x[METRIC], x["bytes_per_vector"])) if code_key(x) != code_key(pick)][:RUNNERS_UP]}
