@@ -165,6 +165,7 @@ def test_each_job_imports_only_what_its_work_needs(workdir):
     CSR; no TorchDynamo but with transformers."""
     from dive_core.runlog import imports_of_log
 
+    snakemake(workdir, "results/generated-tiny/minilm/dive/k64/final/seed2027/export")  # an export job's log
     kinds, bad = {}, []
     for log in sorted((workdir / "logs").rglob("*.log")):
         rule = log.relative_to(workdir / "logs").parts[0]
@@ -302,7 +303,7 @@ def test_efficiency_and_frontier_json(workdir):
     assert again["query_ids"] == front["query_ids"]
     assert {r["encoding"] for r in again["rows"]} == {r["encoding"] for r in rows if (r["method"], r["dim"]) == ("mrl", 64)}
     table = (workdir / "results/tables/frontier.md").read_text()
-    assert "Each code is picked at seed 2027" in table or "repeats none of the picked codes" in table
+    assert "Each code is scored at seed 2027" in table or "repeats none of the picked codes" in table
     assert "each sparse code against the best dense row of no more bytes" in table
     assert "the best label-free and the best supervised code at each budget" in table
     assert "the index quantizers" in table and "| 8 | unseen |" in table
@@ -490,9 +491,10 @@ def test_deleting_an_artifact_reruns_only_its_dependents(workdir):
     per_query = (run / "per_query.tsv").read_bytes()
     (run / "model.pt").unlink()
     # its result feeds main, tuned, dynamics, unsupervised and csr, and its checkpoint the
-    # efficiency and frontier measurements (and their tables); nothing else reruns
+    # efficiency and frontier measurements (and their tables, the budget study's, and the budget
+    # index's card, which reads the frontier record); nothing else reruns
     assert planned_jobs(workdir, "all") == {"train": 1, "evaluate": 1, "headline_result": 1, "efficiency": 1,
-                                            "frontier": 1, "table": 7, "all": 1}
+                                            "frontier": 1, "table": 8, "budget_index": 1, "all": 1}
     snakemake(workdir, "all")
     assert planned_jobs(workdir, "all") == {}
     # same inputs and seed in a new process: the same weights and the same per-query numbers

@@ -204,7 +204,7 @@ def check_budget(config: Mapping, ename: str, exp: Mapping) -> None:
     key = f"experiments.{ename}"
     if "frontier" not in enabled_experiments(config):
         raise ConfigError(f"config: {key}: a budget study picks among the frontier's codes, and "
-                          "experiments.frontier is not enabled")
+                          f"experiments.frontier is not enabled (enable it, or set {key}.enabled: false)")
     front = experiment(config, "frontier")
     if not any(method_type(config, m) == "frozen" for m in front["methods"]):
         raise ConfigError(f"config: {key}: experiments.frontier.methods holds no method of type frozen, the "
