@@ -36,10 +36,6 @@ def frozen_float32(rows: Sequence[Mapping]) -> Mapping:
     return found[0]
 
 
-def _seeds_of(row: Mapping, repeats: Sequence[Sequence[Mapping]]) -> dict[int, list[float]]:
-    return seed_scores(row, repeats, METRIC)
-
-
 def _paired(a: Sequence[float], b: Sequence[float], seen, sub: str) -> dict:
     x, y = _subset(a, seen, sub), _subset(b, seen, sub)
     if not x:
@@ -55,7 +51,7 @@ def budget_entries(record: Mapping, validation: Sequence[Mapping], repeats: Sequ
     validation and, as diagnostics, the best candidates on test and each pick's regret."""
     rows, seen = record["rows"], record.get("seen")
     frozen = frozen_float32(rows)
-    frozen_mean = _over_seeds(_seeds_of(frozen, repeats))
+    frozen_mean = _over_seeds(seed_scores(frozen, repeats, METRIC))
     out = []
     for b in budgets:
         pick_v = pick_code(validation, b)
@@ -69,7 +65,7 @@ def budget_entries(record: Mapping, validation: Sequence[Mapping], repeats: Sequ
             if row is None:
                 entry[name] = None
                 continue
-            by_seed = _seeds_of(row, repeats)
+            by_seed = seed_scores(row, repeats, METRIC)
             means = {s: sum(v) / len(v) for s, v in by_seed.items()}
             entry[f"{name}_seeds"] = sorted(by_seed)
             entry[f"{name}_by_seed"] = means
