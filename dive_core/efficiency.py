@@ -280,11 +280,12 @@ def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, do
 
 
 def arrival_code_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, doc_ids, manifest, arrival,
-                      names: Sequence[str], seed: int, opq_niter: int, top_k: int = 100) -> tuple[list[dict], list[dict]]:
+                      names: Sequence[str], seed: int, opq_niter: int, top_k: int = 100,
+                      stage: str = "final") -> tuple[list[dict], list[dict]]:
     """``(rows, skipped)``: :func:`frontier_rows` of one arrival-fitted method's vectors (its float32
     row, then each quantizer of ``names``) with every codebook, rotation and range fitted on the
     documents the arrival manifest ``arrival`` keeps known (:func:`dive_core.splits.known_docs`), the
-    whole corpus searched, test queries. A quantizer with more centroids per sub-quantizer than there
+    whole corpus searched, the queries ``stage`` evaluates (final: test; select: validation). A quantizer with more centroids per sub-quantizer than there
     are known documents cannot be fitted: it goes to ``skipped`` (name, centroids, known rows)."""
     from . import quantizers as Q
     from .splits import known_docs
@@ -294,7 +295,7 @@ def arrival_code_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray
     ok = [n for n in names if (Q.centroids(n) or 0) <= len(fit)]
     skipped = [{"method": method, "dim": int(k), "encoding": n, "centroids": Q.centroids(n), "known_docs": len(fit)}
                for n in names if n not in ok]
-    rows = frontier_rows(method, k, docs, queries, doc_ids, manifest, "final", top_k, encodings=("float32",),
+    rows = frontier_rows(method, k, docs, queries, doc_ids, manifest, stage, top_k, encodings=("float32",),
                          quantizers=ok, quantizer_seed=seed, opq_niter=opq_niter, fit_rows=fit)
     return rows, skipped
 

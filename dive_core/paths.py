@@ -48,6 +48,9 @@ BUDGET_INDEX = BUDGET_DIR + "/index.faiss"
 BUDGET_CARD = BUDGET_DIR + "/card.json"
 # an arrival study's index quantizers (config experiments.<name>.codes): codebooks fitted on the known documents
 ARRIVAL_CODES = "results/arrival_codes/{experiment}/{dataset}/{backbone}.json"
+# the same codes of the select stage's arrival-fitted maps on the validation queries: what an arrival
+# budget study (experiments.<name>.arrival) picks on
+ARRIVAL_CODES_VALIDATION = "results/arrival_codes/{experiment}/{dataset}/{backbone}/validation.json"
 TABLE = "results/tables/{experiment}.md"
 TABLE_TSV = "results/tables/{experiment}.tsv"
 RUNS_TSV = "results/tables/{experiment}_runs.tsv"
@@ -105,6 +108,7 @@ LOGS = {
     "frontier_validation": "logs/frontier/{dataset}/{backbone}/validation.log",
     "budget_index": "logs/budget_index/{experiment}/{dataset}/{backbone}/{budget}B.log",
     "arrival_codes": "logs/arrival_codes/{experiment}/{dataset}/{backbone}.log",
+    "arrival_codes_validation": "logs/arrival_codes/{experiment}/{dataset}/{backbone}/validation.log",
     "fetch_model": "logs/fetch_model/{backbone}.log",
     "python_env": "logs/python_env/{env}.log",
     "embed_part": "logs/embed_part/{dataset}/{backbone}/{part}.log",

@@ -163,6 +163,7 @@ def role_qrels(manifest: Mapping, roles: Iterable[str]) -> dict[str, dict[str, i
 
 # --------------------------------------------------------------------------- documents that arrive
 STRATA = ("known", "new", "mixed")
+PICK_STRATA = ("all", *STRATA)  # the validation queries an arrival budget study's pick may weigh (``stratum``)
 
 ARRIVAL_RULE_TEXT = (
     "Of the N corpus documents, A = floor(fraction * N) arrive after training; the others are known. "

@@ -5,6 +5,7 @@ from dive_core import environments, records, resources
 from dive_core.paths import (
     ARRIVAL,
     ARRIVAL_CODES,
+    ARRIVAL_CODES_VALIDATION,
     CHECKPOINT,
     EFFICIENCY,
     EMBED_PART,

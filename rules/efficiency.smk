@@ -183,6 +183,35 @@ rule arrival_codes:
         runtime=job_resource("measure", "runtime"),
     params:
         record=records.FORMATS["arrival_codes"],  # a new record format reruns the job
+        stage="final",
+        runs=lambda wc: PLAN.arrival_code_runs(wc.experiment, wc.backbone),
+        seed=lambda wc: PLAN.experiment(wc.experiment)["seeds"][0],
+        top_k=PLAN.setting("evaluation", "top_k"),
+        quantizers=PLAN.setting("quantizers"),
+    script:
+        "../workflow_scripts/arrival_codes.py"
+
+
+# The same codes of the select stage's arrival-fitted maps (trained on the training queries and the
+# known documents) on the validation queries: what an arrival budget study picks on.
+rule arrival_codes_validation:
+    input:
+        unpack(lambda wc: PLAN.arrival_codes_inputs(wc, "select")),
+    output:
+        ARRIVAL_CODES_VALIDATION,
+    log:
+        LOGS["arrival_codes_validation"],
+    benchmark:
+        bench_path(LOGS["arrival_codes_validation"])
+    conda:
+        "../envs/train-gpu.yaml"
+    threads: PLAN.setting("threads", "evaluate")
+    resources:
+        mem_mb=job_resource("measure", "mem_mb"),
+        runtime=job_resource("measure", "runtime"),
+    params:
+        record=records.FORMATS["arrival_codes"],  # a new record format reruns the job
+        stage="select",
         runs=lambda wc: PLAN.arrival_code_runs(wc.experiment, wc.backbone),
         seed=lambda wc: PLAN.experiment(wc.experiment)["seeds"][0],
         top_k=PLAN.setting("evaluation", "top_k"),

@@ -27,6 +27,8 @@ rule table:
         highlight=lambda wc: PLAN.experiment(wc.experiment).get("base", "dive"),
         versus=lambda wc: PLAN.experiment(wc.experiment).get("versus") or [],
         budgets=lambda wc: PLAN.experiment(wc.experiment).get("budgets") or [],
+        arrival=lambda wc: PLAN.experiment(wc.experiment).get("arrival") or "",
+        stratum=lambda wc: PLAN.experiment(wc.experiment).get("stratum") or "all",
         title=lambda wc: PLAN.title(wc.experiment),
     script:
         "../workflow_scripts/table.py"

@@ -71,7 +71,7 @@ def test_the_papers_4096d_shapes_run_every_method_study_and_table(generated_beir
                         **{name: {"enabled": False} for name in ("lr_audit", "tuned", "ablation", "unsupervised",
                                                                  "doc_disjoint", "efficiency", "frontier",
                                                                  "arrival", "arrival_codes", "csr", "arrival_csr",
-                                                                 "budget")}},
+                                                                 "budget", "budget_arrival")}},
         # SMEC needs one epoch for each of its 5 stages at 4096 -> 128 (plan.check refuses 3)
         "methods": {"smec": {"epochs": 5}},
     }

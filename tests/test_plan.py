@@ -246,6 +246,53 @@ def test_a_budget_study_reruns_only_the_maps_picked_on_validation_and_refuses_ba
             r"experiments.budget: a budget study picks among the frontier's codes")
 
 
+def test_an_arrival_budget_study_reads_the_arrival_codes_on_validation_and_test_and_refuses_bad_keys():
+    """config.yaml's budget_arrival (arrival: arrival_codes, stratum all): its table reads the arrival
+    study's codes on test and on validation (rule arrival_codes_validation: the select stage's
+    arrival-fitted maps at the arrival study's first seed) and the arrival manifests; it has that one
+    seed, reruns no frontier map and writes no index. Each refusal names its key."""
+    p = resolved()
+    exp = p.experiment("budget_arrival")
+    assert exp["seeds"] == [2027] and exp["stratum"] == "all" and exp["arrival"] == "arrival_codes"
+    inputs = p.table_inputs({"experiment": "budget_arrival"})
+    assert inputs == {"results": [f"results/arrival_codes/arrival_codes/{ds}/minilm.json" for ds in exp["datasets"]],
+                      "validation": [f"results/arrival_codes/arrival_codes/{ds}/minilm/validation.json"
+                                     for ds in exp["datasets"]],
+                      "arrival": [f"results/{ds}/arrival.json" for ds in exp["datasets"]]}
+    val = p.arrival_codes_inputs({"experiment": "arrival_codes", "dataset": "scifact", "backbone": "minilm"}, "select")
+    assert val["checkpoints"][-1] == "results/scifact/minilm/dive-arrival/k64/select/seed2027/model.pt"
+    assert p.budget_seeds() == [2028, 2029]  # the frontier budget study's alone
+    assert not [t for t in p.targets() if t.startswith("results/budget/budget_arrival/")]
+    with pytest.raises(dcfg.ConfigError, match="picks among an arrival study's codes: it writes no index"):
+        p.budget_pick({"experiment": "budget_arrival", "dataset": "scifact", "backbone": "minilm", "budget": "32"},
+                      "unused")
+
+    def refused(change, match):
+        cfg = copy.deepcopy(CONFIG)
+        change(cfg)
+        with pytest.raises(dcfg.ConfigError, match=match):
+            resolved(cfg)
+
+    ba = lambda c: c["experiments"]["budget_arrival"]  # noqa: E731
+    refused(lambda c: ba(c).update(arrival="nope"), r"experiments.budget_arrival.arrival = 'nope': no such experiment")
+    refused(lambda c: ba(c).update(arrival="frontier"),
+            r"experiments.budget_arrival.arrival = 'frontier': not an enabled arrival study \(study 'frontier'")
+    refused(lambda c: c["experiments"]["arrival_codes"].update(enabled=False),
+            r"experiments.budget_arrival.arrival = 'arrival_codes': not an enabled arrival study")
+    refused(lambda c: c["experiments"]["arrival_codes"].update(codes=["mrl", "dive"]),
+            r"experiments.arrival_codes.codes holds no method of type frozen")
+    refused(lambda c: ba(c).update(stratum="unseen"),
+            r"experiments.budget_arrival.stratum = 'unseen': one of \['all', 'known', 'new', 'mixed'\]")
+    refused(lambda c: ba(c).update(index=[32]), r"experiments.budget_arrival.index: an arrival budget study writes no index")
+    refused(lambda c: ba(c).update(budgets=[]), r"experiments.budget_arrival.budgets is empty")
+    refused(lambda c: ba(c).update(budgets=[16, 3]),
+            r"experiments.budget_arrival.budgets\[1\] = 3: below the smallest code experiments.arrival_codes makes on "
+            r"backbone minilm, 4 bytes a vector \(autoencoder-arrival 64d pq8x4\)")
+    refused(lambda c: ba(c).update(seeds=[2027, 2028]),
+            r"experiments.budget_arrival.seeds = \[2027, 2028\]: an arrival budget study scores its codes at "
+            r"experiments.arrival_codes's first seed only, \[2027\]")
+
+
 def test_the_plan_and_its_params_need_no_torch():
     """The job graph and every job parameter come from dive_core.plan, which imports no torch: a
     Snakemake driver environment without torch plans exactly the same jobs with the same params."""

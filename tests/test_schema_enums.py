@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from dive_core import backbones, data, plan, training, vectors
+from dive_core import backbones, data, plan, splits, training, vectors
 from dive_core.compress import config as compress_config
 from dive_core.studies import STUDIES
 
@@ -31,6 +31,7 @@ OWNERS = {
     f"{E}/triplets": plan.EXPERIMENT_TRIPLETS,
     f"{E}/stage": plan.STAGES,
     f"{E}/dim": plan.DIMS,
+    f"{E}/stratum": splits.PICK_STRATA,
     "properties/quantizers/properties/dims/items": plan.DIMS,  # the frontier's quantized dimensions
     "properties/compress/additionalProperties/properties/encoding": vectors.ENCODINGS,
     "properties/compress/additionalProperties/properties/side": compress_config.SIDES,

@@ -675,3 +675,53 @@ def test_the_budget_study_picks_on_validation_and_scores_the_picks_on_test_over_
     c.validation = [{"dataset": "scifact", "backbone": "minilm", "stage": "final", "role": "test", "rows": val}]
     with pytest.raises(ValueError, match="not the validation queries"):
         budget.budget_study([rec], c)
+
+
+def test_an_arrival_budget_study_picks_on_the_configured_stratum_of_the_validation_queries(monkeypatch):
+    """arrival_codes records (experiments.budget_arrival): four validation queries (known: v1, v2; new:
+    v3, v4) and four test queries (known: a, b; new: c, d; no mixed). At 8 B: dive-arrival pq8 (supervised)
+    scores (0.9, 0.9, 0.1, 0.1) on validation, mean 0.5; frozen pq8 (0.5, 0.5, 0.4, 0.4), 0.45. Weighing
+    every validation query the pick is DIVE's code (test 0.6 against the label-free pick's 0.55: known +0.4,
+    new -0.3); weighing `new` (DIVE 0.1, frozen 0.4) it is frozen pq8, reported on the new test queries:
+    0.5 against frozen float32's 0.8 there, regret 0 on them. An empty stratum cannot be weighed."""
+    from test_selection import code
+
+    def rec(qids, strata, rows, stage="final"):
+        return {"dataset": "scifact", "backbone": "minilm", "stage": stage,
+                "role": "test" if stage == "final" else "validation", "n_queries": len(qids), "query_ids": qids,
+                "strata": strata, "rows": rows}
+
+    val = rec(["v1", "v2", "v3", "v4"], {"known": ["v1", "v2"], "new": ["v3", "v4"], "mixed": []},
+              [code("dive-arrival", "pq8", 8, (0.9, 0.9, 0.1, 0.1), method_type="dive"),
+               code("frozen", "pq8", 8, (0.5, 0.5, 0.4, 0.4), False, dim=384),
+               code("frozen", "float32", 1536, (0.9,) * 4, False, dim=384)], stage="select")
+    test = rec(list("abcd"), {"known": ["a", "b"], "new": ["d", "c"], "mixed": []},
+               [code("dive-arrival", "pq8", 8, (1.0, 1.0, 0.2, 0.2), method_type="dive"),
+                code("frozen", "pq8", 8, (0.6, 0.6, 0.5, 0.5), False, dim=384),
+                code("frozen", "float32", 1536, (0.8,) * 4, False, dim=384)])
+    groups = budget.query_groups(val)
+    assert groups == {"all": [0, 1, 2, 3], "known": [0, 1], "new": [2, 3], "mixed": []}
+    e = budget.budget_entries(test, val["rows"], [], [8])[0]
+    assert (e["pick"]["method"], e["label_free"]["method"]) == ("dive-arrival", "frozen")
+    assert e["pick_test"] == pytest.approx(0.6) and e["label_free_test"] == pytest.approx(0.55)
+    assert e["tests"]["known"]["vs_label_free"]["diff"] == pytest.approx(0.4)
+    assert e["tests"]["new"]["vs_label_free"]["diff"] == pytest.approx(-0.3)
+    assert e["tests"]["mixed"]["vs_frozen"] == {"n": 0, "diff": None, "p": None}
+    e = budget.budget_entries(test, val["rows"], [], [8], groups["new"], "new")[0]
+    assert (e["pick"]["method"], e["pick"]["encoding"]) == ("frozen", "pq8")
+    assert e["pick_validation"] == pytest.approx(0.4) and e["pick_test"] == pytest.approx(0.5)
+    assert e["frozen_test"] == pytest.approx(0.8) and e["pick_regret"] == pytest.approx(0.0)
+    assert e["tests"]["new"]["vs_frozen"]["diff"] == pytest.approx(-0.3)
+    with pytest.raises(ValueError, match="the validation queries have an empty `mixed` stratum"):
+        budget.budget_entries(test, val["rows"], [], [8], groups["mixed"], "mixed")
+    # through the study: the stratum named in the text and the headings, the arrival rule's record required
+    c = ctx([], ["scifact"], budgets=[8], stratum="new")
+    c.validation = [val]
+    out = budget.budget_study([test], c)
+    assert "those of stratum `new`" in out.markdown and "| budget B | pick | B | val nDCG@10 (new) |" in out.markdown
+    assert "| 8 | **frozen 384d pq8** | 8 | 0.4000 | 0.5000 | 1 | one seed |" in out.markdown
+    assert "| budget B | known n | pick - label-free | pick - frozen | new n |" in out.markdown
+    assert out.rows[0]["stratum"] == "new" and out.rows[0]["new_vs_frozen_diff"] == pytest.approx(-0.3)
+    c.validation = []
+    with pytest.raises(ValueError, match="no arrival_codes_validation record"):
+        budget.budget_study([test], c)

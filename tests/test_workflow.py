@@ -38,7 +38,8 @@ def beir(generated_beir):
 METHODS = ("frozen", "truncate", "pca", "autoencoder", "mrl", "search_adaptor", "smec", "dive")
 RUN = "results/generated-tiny/minilm/{method}/k{k}/final/seed2027"
 STUDIES = ("main", "lr_audit", "tuned", "heads", "ablation", "dynamics", "secondary", "unsupervised",
-           "doc_disjoint", "efficiency", "frontier", "arrival", "arrival_codes", "csr", "arrival_csr", "budget")
+           "doc_disjoint", "efficiency", "frontier", "arrival", "arrival_codes", "csr", "arrival_csr", "budget",
+           "budget_arrival")
 
 
 def default_config() -> dict:
@@ -217,6 +218,31 @@ def test_the_budget_study_picks_on_validation_and_reruns_only_the_picked_maps(wo
         if x is not None:
             assert f"| {b} | **{x['method']} " in md, b
     assert "Each pick reads validation queries only" in md
+
+
+def test_the_arrival_budget_study_picks_on_validation_codes_fitted_on_the_known_documents(workdir):
+    """config.yaml's budget_arrival: rule arrival_codes_validation scores the arrival study's codes on
+    validation queries (select-stage arrival maps, the validation strata), the same codes and codebook
+    fits as the test record (arrival_codes); the table's pick at each budget is the rule's on those
+    validation rows, and it reports every stratum."""
+    from dive_core import records
+    from dive_core.selection import code_key, pick_code
+
+    base = workdir / "results/arrival_codes/arrival_codes/generated-tiny"
+    val = records.read("arrival_codes", base / "minilm/validation.json")
+    test = records.read("arrival_codes", base / "minilm.json")
+    assert (val["stage"], val["role"]) == ("select", "validation") and (test["stage"], test["role"]) == ("final", "test")
+    assert sorted(map(code_key, val["rows"])) == sorted(map(code_key, test["rows"]))
+    assert not set(val["query_ids"]) & set(test["query_ids"]) and val["known_docs"] == test["known_docs"]
+    arrival = json.loads((workdir / "results/generated-tiny/arrival.json").read_text())
+    assert val["strata"] == arrival["strata"]["validation"] and test["strata"] == arrival["strata"]["test"]
+    assert {x["method"] for x in val["rows"]} == {"frozen", "autoencoder-arrival", "mrl-arrival", "dive-arrival"}
+    md = (workdir / "results/tables/budget_arrival.md").read_text(encoding="utf-8")
+    for b in (8, 16, 32, 64, 256):
+        x = pick_code(val["rows"], b)
+        if x is not None:
+            assert f"| {b} | **{x['method']} {x['dim']}d {x['encoding']}** |" in md, b
+    assert "those of stratum `all` (every validation query)" in md and "| budget B | known n |" in md
 
 
 def test_the_budget_index_is_what_dive_compress_writes_for_the_pick(workdir, tmp_path):

@@ -7,8 +7,9 @@ from dive_core.studies import STUDIES, StudyContext
 
 log = runlog.setup(snakemake.log[0])
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
-# efficiency, frontier, budget: their own records (a budget study reads the frontier's)
-kind = {"budget": "frontier"}.get(p.study, p.study) if p.study in plan.OWN_JSON_STUDIES else "result"
+# efficiency, frontier, budget: their own records (a budget study reads the frontier's, or an arrival study's codes)
+kind = {"budget": "arrival_codes" if p.arrival else "frontier"}.get(p.study, p.study) \
+    if p.study in plan.OWN_JSON_STUDIES else "result"
 kinds = (kind, "efficiency_synthetic") if kind == "efficiency" else (kind,)  # + the synthetic scaling's record
 results = [records.read_one_of(kinds, path) for path in inp.results]
 per_query, train_logs = {}, {}
@@ -20,7 +21,8 @@ if kind == "result":  # each run's per-query and train-log file, declared in the
         per_query[records.run_key(r)], train_logs[records.run_key(r)] = pq, tl
 ctx = StudyContext(name=snakemake.wildcards.experiment, title=p.title, methods=list(p.methods),
                    datasets=list(p.datasets), backbones=list(p.backbones), groups=dict(p.groups), note=p.note,
-                   highlight=p.highlight, versus=list(p.versus), budgets=list(p.budgets), per_query=per_query,
+                   highlight=p.highlight, versus=list(p.versus), budgets=list(p.budgets), stratum=p.stratum,
+                   per_query=per_query,
                    train_logs=train_logs,
                    selection=records.read("selection", inp.selection) if "selection" in inp.keys() else None,
                    picks={path: {**records.read("selection", path), "sha256": sha256_file(path)}
@@ -33,15 +35,20 @@ if "arrival" in inp.keys():  # one arrival manifest per dataset of the study, in
         ctx.arrival[manifest["dataset"]] = manifest
 if "codes" in inp.keys():  # the arrival study's index quantizers, fitted on the known documents
     ctx.codes = [records.read("arrival_codes", path) for path in inp.codes]
+if "validation" in inp.keys():  # every code on validation queries: what picks the codes (frontier or arrival codes)
+    ctx.validation = [records.read(kind, path) for path in inp.validation]
+if "arrival" in inp.keys():  # every arrival_codes record fitted under the manifest the study reads
     manifests = dict(zip(ctx.datasets, inp.arrival))
-    for path, rec in zip(inp.codes, ctx.codes):
+    codes = list(zip(inp.codes, ctx.codes)) if "codes" in inp.keys() else []
+    if kind == "arrival_codes":  # an arrival budget study: its test and validation records
+        codes += list(zip(inp.results, results)) + list(zip(inp.validation, ctx.validation))
+    for path, rec in codes:
+        rule = "arrival_codes" if rec["stage"] == "final" else "arrival_codes_validation"
         if rec["arrival_sha256"] != sha256_file(manifests[rec["dataset"]]):
             raise records.RecordError(f"{path}: fitted under another arrival manifest than {manifests[rec['dataset']]}; "
-                                      f"rerun `snakemake --forcerun arrival_codes {path}`")
+                                      f"rerun `snakemake --forcerun {rule} {path}`")
 if "repeats" in inp.keys():  # the frontier's picked codes at its other seeds (frontier_seed records)
     ctx.repeats = [records.read("frontier", path) for path in inp.repeats]
-if "validation" in inp.keys():  # every frontier code on validation queries: what picks the codes
-    ctx.validation = [records.read("frontier", path) for path in inp.validation]
 study = STUDIES[p.study](results, ctx)
 report.write_tsv(out.runs, report.collect(results) if kind == "result" else study.rows)  # one row per run
 report.write_tsv(out.tsv, study.rows)

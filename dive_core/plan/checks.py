@@ -149,8 +149,8 @@ def check(config: Mapping, registry: Mapping[str, dict]) -> None:
                 raise ConfigError(f"config: efficiency.sparse_method = {sparse!r} is of type "
                                   f"{method_type(config, sparse)!r}, whose vectors are dense (a k-sparse type: csr)")
             continue
-        if exp["study"] == "budget":  # the frontier's codes: its methods, its runs
-            check_budget(config, ename, exp)
+        if exp["study"] == "budget":  # the frontier's codes (or an arrival study's): its methods, its runs
+            (check_arrival_budget if exp["arrival"] else check_budget)(config, ename, exp)
             continue
         if not exp["methods"]:
             raise ConfigError(f"config: experiments.{ename} has no methods")
@@ -195,6 +195,63 @@ def smallest_code(config: Mapping, backbone: str) -> tuple[int, str]:
     return min(found)
 
 
+def check_budget_list(key: str, budgets, least: int, code: str, where: str) -> None:
+    """A budget study's ``budgets``: a non-empty list, none below ``least`` bytes (``code``, the smallest
+    code ``where``)."""
+    if not budgets:
+        raise ConfigError(f"config: {key}.budgets is empty: give the bytes per vector to pick a code for, "
+                          "e.g. [8, 16, 32, 64, 256]")
+    for i, b in enumerate(budgets):
+        if int(b) < least:
+            raise ConfigError(f"config: {key}.budgets[{i}] = {b}: below the smallest code {where}, {least} bytes "
+                              f"a vector ({code})")
+
+
+def check_arrival_budget(config: Mapping, ename: str, exp: Mapping) -> None:
+    """A budget study over an arrival study's codes (``arrival: <name>``): that study enabled, of study
+    arrival, with ``codes`` holding a frozen method (the uncompressed reference); its ``stratum`` one of
+    all and the strata; its budgets; no ``index`` (its picks are not written out); its datasets, backbones
+    and one seed, the arrival study's first."""
+    from ..quantizers import arrival_grid, parse
+    from ..retrieval import bytes_per_vector
+    from ..splits import PICK_STRATA
+    from .experiments import arrival_code_runs, enabled_experiments
+
+    key, src = f"experiments.{ename}", exp["arrival"]
+    if src not in (config.get("experiments") or {}):
+        raise ConfigError(f"config: {key}.arrival = {src!r}: no such experiment")
+    arr = experiment(config, src)
+    if arr["study"] != "arrival" or src not in enabled_experiments(config):
+        raise ConfigError(f"config: {key}.arrival = {src!r}: not an enabled arrival study (study "
+                          f"{arr['study']!r}, enabled {arr['enabled']})")
+    runs = {bb: arrival_code_runs(config, src, bb) for bb in exp["backbones"]}
+    if not any(method_type(config, m) == "frozen" for rs in runs.values() for m, _ in rs):
+        raise ConfigError(f"config: {key}.arrival = {src!r}: experiments.{src}.codes holds no method of type "
+                          "frozen (among its methods), the uncompressed reference every pick is tested against")
+    if exp["stratum"] not in PICK_STRATA:
+        raise ConfigError(f"config: {key}.stratum = {exp['stratum']!r}: one of {list(PICK_STRATA)} (the "
+                          "validation queries the pick weighs)")
+    if exp.get("index"):
+        raise ConfigError(f"config: {key}.index: an arrival budget study writes no index (its codebooks see only "
+                          "the known documents); write one from a frontier budget study's index, or with "
+                          "dive-compress --index")
+    for bb in exp["backbones"]:
+        if bb not in arr["backbones"]:
+            raise ConfigError(f"config: {key}.backbones: {bb!r} is not among experiments.{src}'s backbones "
+                              f"{arr['backbones']}")
+        found = [(parse(q).m * parse(q).bits // 8, f"{m} {k}d {q}") for m, k in runs[bb]
+                 for q in arrival_grid(k, config["quantizers"]) if parse(q).kind in ("pq", "opq")]
+        found += [(bytes_per_vector("float32", k), f"{m} {k}d float32") for m, k in runs[bb]]
+        check_budget_list(key, exp["budgets"], *min(found), f"experiments.{src} makes on backbone {bb}")
+    for ds in exp["datasets"]:
+        if ds not in arr["datasets"]:
+            raise ConfigError(f"config: {key}.datasets: {ds!r} is not among experiments.{src}'s datasets "
+                              f"{arr['datasets']}")
+    if list(exp["seeds"]) != arr["seeds"][:1]:
+        raise ConfigError(f"config: {key}.seeds = {exp['seeds']}: an arrival budget study scores its codes at "
+                          f"experiments.{src}'s first seed only, [{arr['seeds'][0]}]")
+
+
 def check_budget(config: Mapping, ename: str, exp: Mapping) -> None:
     """A budget study: its budgets (a non-empty list, none below the smallest code the frontier makes on
     any of its backbones) and its frontier (enabled, frozen among its methods: the uncompressed
@@ -210,18 +267,12 @@ def check_budget(config: Mapping, ename: str, exp: Mapping) -> None:
         raise ConfigError(f"config: {key}: experiments.frontier.methods holds no method of type frozen, the "
                           "uncompressed reference every pick is tested against")
     budgets = exp.get("budgets")
-    if not budgets:
-        raise ConfigError(f"config: {key}.budgets is empty: give the bytes per vector to pick a code for, "
-                          "e.g. [8, 16, 32, 64, 256]")
+    check_budget_list(key, budgets, 0, "", "")
     for bb in exp["backbones"]:
         if bb not in front["backbones"]:
             raise ConfigError(f"config: {key}.backbones: {bb!r} is not among the frontier's backbones "
                               f"{front['backbones']}")
-        least, code = smallest_code(config, bb)
-        for i, b in enumerate(budgets):
-            if int(b) < least:
-                raise ConfigError(f"config: {key}.budgets[{i}] = {b}: below the smallest code the frontier makes "
-                                  f"on backbone {bb}, {least} bytes a vector ({code})")
+        check_budget_list(key, budgets, *smallest_code(config, bb), f"the frontier makes on backbone {bb}")
     for i, b in enumerate(exp.get("index") or []):
         if b not in budgets:
             raise ConfigError(f"config: {key}.index[{i}] = {b}: not one of {key}.budgets {list(budgets)}")

@@ -21,6 +21,7 @@ def experiment(config: Mapping, name: str) -> dict:
     if name not in exps:
         raise ConfigError(f"config: no experiment {name!r} under experiments: (have {sorted(exps)})")
     exp = dict(exps[name])
+    own_seeds = "seeds" in exp
     exp.setdefault("study", "main")
     exp.setdefault("datasets", list(config["datasets"]))
     exp.setdefault("seeds", list(config["seeds"]))
@@ -32,6 +33,11 @@ def experiment(config: Mapping, name: str) -> dict:
         from ..selection import BUDGETS  # the frontier verdict's
 
         exp.setdefault("budgets", list(BUDGETS))
+        exp.setdefault("arrival", None)  # an arrival study's name: pick among its codes (arrival_codes)
+        exp.setdefault("stratum", "all")  # the validation queries an arrival budget study picks on
+        src = exp["arrival"]
+        if src and not own_seeds and src in exps and src != name:  # the arrival study's codes have one seed
+            exp["seeds"] = experiment(config, src)["seeds"][:1]
     exp["backbones"] = experiment_backbones(config, name, exp)
     return exp
 
@@ -106,9 +112,12 @@ def frontier_runs(config: Mapping, backbone: str) -> list[tuple[str, int]]:
     return runs
 
 
-def budget_experiments(config: Mapping) -> list[str]:
-    """The enabled experiments of study ``budget`` (what to store in B bytes a vector)."""
-    return [n for n in enabled_experiments(config) if experiment(config, n)["study"] == "budget"]
+def budget_experiments(config: Mapping, arrival: bool = False) -> list[str]:
+    """The enabled experiments of study ``budget`` (what to store in B bytes a vector) that pick among
+    the frontier's codes, or (``arrival``) among an arrival study's codes (``experiments.<name>.arrival``:
+    every fit on the documents known at training time)."""
+    return [n for n in enabled_experiments(config) if experiment(config, n)["study"] == "budget"
+            and bool(experiment(config, n)["arrival"]) == arrival]
 
 
 def budget_seeds(config: Mapping) -> list[int]:

@@ -258,7 +258,7 @@ class Plan:
                     targets.append(paths.HEADLINE.format(**run))
             targets.append(paths.TABLE.format(experiment=name))
             exp = self.experiment(name)
-            if exp["study"] == "budget":  # its picks written out as indexes (experiments.<name>.index)
+            if exp["study"] == "budget" and not exp["arrival"]:  # its picks written out (experiments.<name>.index)
                 targets += [paths.BUDGET_CARD.format(experiment=name, dataset=ds, backbone=bb, budget=b)
                             for bb in exp["backbones"] for ds in exp["datasets"] for b in exp.get("index") or []]
         targets.append(paths.SELECTION.format(backbone=self.config["backbone"], study="dive_config"))
@@ -401,6 +401,9 @@ class Plan:
         exp, budget = self.experiment(w["experiment"]), int(w["budget"])
         if exp["study"] != "budget":
             raise ConfigError(f"config: experiments.{w['experiment']} is study {exp['study']!r}, not a budget study")
+        if exp["arrival"]:
+            raise ConfigError(f"config: experiments.{w['experiment']} picks among an arrival study's codes: it writes "
+                              "no index")
         if budget not in exp["budgets"]:
             raise ConfigError(f"config: experiments.{w['experiment']}.budgets = {exp['budgets']}: no budget {budget}")
         row = pick_code(records.read("frontier", validation_path)["rows"], budget)
@@ -430,14 +433,15 @@ class Plan:
         return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
                 "checkpoints": self._checkpoints(w, runs, int(w["seed"]))}
 
-    def arrival_codes_inputs(self, w: Any) -> dict:
+    def arrival_codes_inputs(self, w: Any, stage: str = "final") -> dict:
         """An arrival experiment's quantizer job: the embeddings, splits and arrival manifest, and the
-        checkpoints of its ``codes`` methods at the experiment's first seed."""
+        checkpoints of its ``codes`` methods at the experiment's first seed, of ``stage`` (select: the
+        maps trained on the training queries alone, for the validation queries)."""
         w = _wildcards(w)
         runs = self.arrival_code_runs(w["experiment"], w["backbone"])
         return {"embeddings": paths.EMBEDDINGS.format(**w), "splits": paths.SPLITS.format(**w),
                 "arrival": paths.ARRIVAL.format(**w),
-                "checkpoints": self._checkpoints(w, runs, self.experiment(w["experiment"])["seeds"][0])}
+                "checkpoints": self._checkpoints(w, runs, self.experiment(w["experiment"])["seeds"][0], stage)}
 
     def table_inputs(self, w: Any) -> dict:
         """A study's declared inputs: its runs' result records, per-query and train-log files (in
@@ -448,6 +452,13 @@ class Plan:
             own = [paths.STUDY_JSON[exp["study"]].format(dataset=ds, backbone=bb)
                    for bb in exp["backbones"] for ds in exp["datasets"]]
             inputs = {"results": own + ([paths.SYNTHETIC] if exp["study"] == "efficiency" else [])}
+            if exp["study"] == "budget" and exp["arrival"]:  # an arrival study's codes, validation and test
+                src = exp["arrival"]
+                return {"results": [paths.ARRIVAL_CODES.format(experiment=src, dataset=ds, backbone=bb)
+                                    for bb in exp["backbones"] for ds in exp["datasets"]],
+                        "validation": [paths.ARRIVAL_CODES_VALIDATION.format(experiment=src, dataset=ds, backbone=bb)
+                                       for bb in exp["backbones"] for ds in exp["datasets"]],
+                        "arrival": [paths.ARRIVAL.format(dataset=ds) for ds in exp["datasets"]]}
             if exp["study"] in ("frontier", "budget"):  # codes picked on validation queries, then tested
                 seeds = self.frontier_seeds() if exp["study"] == "frontier" else [
                     s for s in exp["seeds"] if s != self.experiment("frontier")["seeds"][0]]

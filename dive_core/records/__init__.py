@@ -25,6 +25,7 @@ frontier               ``results/frontier/{dataset}/{backbone}.json``           
                        ``results/frontier/{dataset}/{backbone}/seed{seed}.json``      frontier_seed
 arrival_codes          ``results/arrival_codes/{experiment}/{dataset}/{backbone}``    arrival_codes
                        ``.json``
+                       ``.../{backbone}/validation.json``                             arrival_codes_validation
 compressed             ``results/compressed/{name}.{ext}``: the metadata record of    compress
                        each vector set (:data:`COMPRESSED_META_KEY`)
 compress_part          ``results/compressed/{name}.parts/{shard}/set{j}.h5.json``     compress_part

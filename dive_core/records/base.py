@@ -13,7 +13,7 @@ from ..atomic import read_json, write_json
 VERSIONS = {
     "source": 1, "splits": 1, "arrival": 1, "embeddings": 1, "embedding_shard": 1, "triplets": 1, "checkpoint": 2, "result": 2,
     "selection": 2, "efficiency": 3, "efficiency_synthetic": 2, "frontier": 3,
-    "arrival_codes": 1,
+    "arrival_codes": 2,
 }  # checkpoints written before this module were tagged dive-pipeline-checkpoint/1: refused like any other
 # checkpoint/2, result/2: the training precision (fp32 | bf16) in the checkpoint meta and the result
 # selection/2: the backbone whose runs it selects on (a pick never trains another backbone's runs)
@@ -65,7 +65,8 @@ FIELDS = {
     "efficiency_synthetic": ("dataset", *_MACHINE, "indexes", "versions", "runtime"),
     "frontier": ("dataset", "backbone", "n_queries", "query_ids", "seen", "rows", "versions", "runtime"),
     # frontier rows (float32 and quantizer codes) of an arrival study's maps, every fit on the known documents
-    "arrival_codes": ("experiment", "dataset", "backbone", "seed", "n_queries", "query_ids", "strata", "known_docs",
+    "arrival_codes": ("experiment", "dataset", "backbone", "seed", "stage", "role", "n_queries", "query_ids", "strata",
+                      "known_docs",
                       "arrival_sha256", "rows", "skipped", "quantizers", "versions", "runtime"),
 }
 # Records holding a list of rows: the list's field and the fields of every row (the list is not empty).

@@ -20,7 +20,8 @@ from typing import Mapping, Sequence
 
 from .. import report
 from ..selection import TIE_SE, candidates, code_key, code_label, pick_code
-from .frontier import SUBSETS, _over_seeds, _subset, seed_scores, tested_row, validation_rows
+from ..splits import STRATA
+from .frontier import SUBSETS, _over_seeds, seed_scores, tested_row, validation_rows
 from .shared import StudyContext, StudyOutput, pyplot, save, suptitle
 
 METRIC = "ndcg@10"
@@ -36,20 +37,68 @@ def frozen_float32(rows: Sequence[Mapping]) -> Mapping:
     return found[0]
 
 
-def _paired(a: Sequence[float], b: Sequence[float], seen, sub: str) -> dict:
-    x, y = _subset(a, seen, sub), _subset(b, seen, sub)
+def query_groups(record: Mapping) -> dict[str, list[int]]:
+    """The positions, in ``record['query_ids']``, of the queries of each subset: for a frontier record
+    all, seen and unseen (its ``seen`` flags); for an ``arrival_codes`` record all and each stratum of
+    :data:`dive_core.splits.STRATA` (known / new / mixed relevant documents)."""
+    if "strata" in record:
+        n = len(record["query_ids"])
+        pos = {q: i for i, q in enumerate(record["query_ids"])}
+        missing = sorted({q for s in STRATA for q in record["strata"].get(s, [])} - set(pos))
+        if missing:
+            raise ValueError(f"arrival codes of {record['dataset']} ({record['backbone']}): stratum queries "
+                             f"{missing[:3]} are not among the record's queries")
+        return {"all": list(range(n)), **{s: sorted(pos[q] for q in record["strata"].get(s, [])) for s in STRATA}}
+    seen = record.get("seen")
+    if seen is None:
+        raise ValueError("the frontier record holds no `seen` flags: rerun rule frontier")
+    return {"all": list(range(len(seen))), **{sub: [i for i, x in enumerate(seen) if x == (sub == "seen")]
+                                      for sub in SUBSETS[1:]}}
+
+
+def on_queries(rows: Sequence[Mapping], positions: Sequence[int], metric: str = METRIC) -> list[dict]:
+    """``rows`` scored on the queries at ``positions`` alone: their per-query ``metric`` cut to them,
+    its mean in ``metric``."""
+    out = []
+    for r in rows:
+        pq = [r["per_query"][metric][i] for i in positions]
+        out.append({**r, metric: sum(pq) / len(pq), "per_query": {**r["per_query"], metric: pq}})
+    return out
+
+
+def _paired(a: Sequence[float], b: Sequence[float], positions: Sequence[int]) -> dict:
+    x, y = [a[i] for i in positions], [b[i] for i in positions]
     if not x:
         return {"n": 0, "diff": None, "p": None}
     return {"n": len(x), "diff": sum(x) / len(x) - sum(y) / len(y), "p": report.paired_randomization(x, y)}
 
 
+def _mean(a: Sequence[float], positions: Sequence[int]) -> float:
+    return sum(a[i] for i in positions) / len(positions)
+
+
 def budget_entries(record: Mapping, validation: Sequence[Mapping], repeats: Sequence[Sequence[Mapping]],
-                   budgets: Sequence[int]) -> list[dict]:
+                   budgets: Sequence[int], weigh: Sequence[int] | None = None, stratum: str = "all") -> list[dict]:
     """One entry per budget of ``budgets`` at which some code fits: the pick and the label-free pick
-    (on ``validation``), their test scores over their seeds, the paired tests on every subset of
-    :data:`SUBSETS` against the label-free pick and against frozen float32, the runners-up on
-    validation and, as diagnostics, the best candidates on test and each pick's regret."""
-    rows, seen = record["rows"], record.get("seen")
+    (on ``validation``; ``weigh``: the positions of the validation queries the pick reads, None: all),
+    their test scores over their seeds on the test queries of subset ``stratum`` (:func:`query_groups`),
+    the paired tests on every subset against the label-free pick and against frozen float32, the
+    runners-up on validation and, as diagnostics, the best candidates on ``stratum``'s test queries and
+    each pick's regret."""
+    rows, groups = record["rows"], query_groups(record)
+    if stratum not in groups:
+        raise ValueError(f"{record['dataset']} ({record['backbone']}): no `{stratum}` subset of test queries "
+                         f"(have {list(groups)})")
+    if weigh is not None:
+        if not weigh:
+            raise ValueError(f"{record['dataset']} ({record['backbone']}): the validation queries have an empty "
+                             f"`{stratum}` stratum, so no pick can weigh it (raise arrival.new_query_share, or "
+                             "pick on stratum all)")
+        validation = on_queries(validation, weigh)
+    on = groups[stratum]
+    if not on:
+        raise ValueError(f"{record['dataset']} ({record['backbone']}): the test queries have an empty "
+                         f"`{stratum}` stratum")
     frozen = frozen_float32(rows)
     frozen_mean = _over_seeds(seed_scores(frozen, repeats, METRIC))
     out = []
@@ -60,13 +109,13 @@ def budget_entries(record: Mapping, validation: Sequence[Mapping], repeats: Sequ
         lf_v = pick_code(validation, b, "label-free")
         pick = tested_row(pick_v, rows)
         lf = tested_row(lf_v, rows) if lf_v is not None else None
-        entry = {"budget": b, "pick": pick, "pick_validation": pick_v[METRIC]}
+        entry = {"budget": b, "stratum": stratum, "pick": pick, "pick_validation": pick_v[METRIC]}
         for name, row in (("pick", pick), ("label_free", lf)):
             if row is None:
                 entry[name] = None
                 continue
             by_seed = seed_scores(row, repeats, METRIC)
-            means = {s: sum(v) / len(v) for s, v in by_seed.items()}
+            means = {s: _mean(v, on) for s, v in by_seed.items()}
             entry[f"{name}_seeds"] = sorted(by_seed)
             entry[f"{name}_by_seed"] = means
             entry[f"{name}_test"] = statistics.fmean(means.values())
@@ -74,22 +123,23 @@ def budget_entries(record: Mapping, validation: Sequence[Mapping], repeats: Sequ
         entry["label_free"] = lf
         entry["label_free_validation"] = lf_v[METRIC] if lf_v is not None else None
         entry["frozen"] = frozen
-        entry["frozen_test"] = sum(frozen_mean) / len(frozen_mean)
+        entry["frozen_test"] = _mean(frozen_mean, on)
         entry["tests"] = {}
-        for sub in SUBSETS:
+        for sub, positions in groups.items():
             entry["tests"][sub] = {
-                "vs_label_free": (_paired(entry["pick_per_query"], entry["label_free_per_query"], seen, sub)
+                "vs_label_free": (_paired(entry["pick_per_query"], entry["label_free_per_query"], positions)
                                   if lf is not None else None),
-                "vs_frozen": _paired(entry["pick_per_query"], frozen_mean, seen, sub)}
+                "vs_frozen": _paired(entry["pick_per_query"], frozen_mean, positions)}
         ranked = sorted(candidates(validation, b), key=lambda x: (-x[METRIC], x["bytes_per_vector"]))
         entry["runners_up"] = [x for x in ranked if code_key(x) != code_key(pick_v)][:RUNNERS_UP]
         entry["candidates"] = len(ranked)
+        tested = on_queries(rows, on)
         for name, row, fam in (("pick", pick, None), ("label_free", lf, "label-free")):
             if row is None:
                 continue
-            best = max(candidates(rows, b, fam), key=lambda x: (x[METRIC], -x["bytes_per_vector"]))
+            best = max(candidates(tested, b, fam), key=lambda x: (x[METRIC], -x["bytes_per_vector"]))
             entry[f"{name}_best_on_test"] = best
-            entry[f"{name}_regret"] = best[METRIC] - row[METRIC]  # both at the frontier's seed
+            entry[f"{name}_regret"] = best[METRIC] - _mean(row["per_query"][METRIC], on)  # at the first seed
         out.append(entry)
     return out
 
@@ -105,12 +155,22 @@ def _spread(entry: Mapping, name: str) -> str:
     return f"{min(v):.4f}-{max(v):.4f}" if len(v) > 1 else "one seed"
 
 
+SUBSET_TEXT = {
+    "seen": "On the test queries a relevant document of which is a training positive (`seen`) and on the others "
+            "(`unseen`): the pick's mean difference and p.",
+    "known": "On the test queries of each stratum (`known`: every relevant document known at training time; `new`: "
+             "every one arrived after; `mixed`: some of each): the pick's mean difference and p.",
+}
+
+
 def budget_markdown(entries: Sequence[Mapping], record: Mapping, n_validation: int) -> list[str]:
     where = f"{record['dataset']} ({record['backbone']})"
     lines = [f"### {where}: {record['n_queries']} test queries, {n_validation} validation queries", ""]
     if not entries:
         return lines + ["No code fits any of the budgets.", ""]
-    lines += ["| budget B | pick | B | val nDCG@10 | test nDCG@10 | seeds | by seed | label-free pick | B | val | "
+    on = entries[0]["stratum"]
+    val, test = ("val nDCG@10", "test nDCG@10") if on == "all" else (f"val nDCG@10 ({on})", f"test nDCG@10 ({on})")
+    lines += [f"| budget B | pick | B | {val} | {test} | seeds | by seed | label-free pick | B | val | "
               "test | seeds | pick - label-free | pick - frozen float32 |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
@@ -119,21 +179,22 @@ def budget_markdown(entries: Sequence[Mapping], record: Mapping, n_validation: i
                     f"{e['label_free_test']:.4f} | {len(e['label_free_seeds'])}" if lf is not None else "- | - | - | - | -")
         lines.append(f"| {e['budget']} | **{code_label(e['pick'])}** | {e['pick']['bytes_per_vector']} | "
                      f"{e['pick_validation']:.4f} | {e['pick_test']:.4f} | {len(e['pick_seeds'])} | "
-                     f"{_spread(e, 'pick')} | {lf_cells} | {_p(e['tests']['all']['vs_label_free'])} | "
-                     f"{_p(e['tests']['all']['vs_frozen'])} |")
+                     f"{_spread(e, 'pick')} | {lf_cells} | {_p(e['tests'][on]['vs_label_free'])} | "
+                     f"{_p(e['tests'][on]['vs_frozen'])} |")
     frozen = entries[0]
+    subs = [sub for sub in frozen["tests"] if sub != "all"]
     lines += ["", f"Frozen float32 ({frozen['frozen']['bytes_per_vector']} B a vector, the uncompressed reference): "
-                  f"test nDCG@10 {frozen['frozen_test']:.4f}.", "",
-              "On the test queries a relevant document of which is a training positive (`seen`) and on the others "
-              "(`unseen`): the pick's mean difference and p.", "",
-              "| budget B | seen n | pick - label-free | pick - frozen | unseen n | pick - label-free | pick - frozen |",
-              "|---|---|---|---|---|---|---|"]
+                  f"test nDCG@10 {frozen['frozen_test']:.4f}" + ("." if on == "all" else f" on `{on}`."), "",
+              SUBSET_TEXT[subs[0]], "",
+              "| budget B | " + " | ".join(f"{sub} n | pick - label-free | pick - frozen" for sub in subs) + " |",
+              "|---|" + "---|---|---|" * len(subs)]
     for e in entries:
-        s, u = e["tests"]["seen"], e["tests"]["unseen"]
-        lines.append(f"| {e['budget']} | {s['vs_frozen']['n']} | {_p(s['vs_label_free'])} | {_p(s['vs_frozen'])} | "
-                     f"{u['vs_frozen']['n']} | {_p(u['vs_label_free'])} | {_p(u['vs_frozen'])} |")
+        cells = [f"{e['tests'][sub]['vs_frozen']['n']} | {_p(e['tests'][sub]['vs_label_free'])} | "
+                 f"{_p(e['tests'][sub]['vs_frozen'])}" for sub in subs]
+        lines.append(f"| {e['budget']} | " + " | ".join(cells) + " |")
+    scope = "" if on == "all" else f" on the `{on}` test queries"
     lines += ["", "Diagnostics, which choose nothing: the runners-up on validation (nDCG@10), and the candidate of "
-                  "highest test nDCG@10 at the frontier's seed with the pick's shortfall to it (regret; 0: the pick "
+                  f"highest test nDCG@10{scope} at the first seed with the pick's shortfall to it (regret; 0: the pick "
                   "is the best on test).", "",
               "| budget B | candidates | runners-up on validation | best on test | regret | best label-free on test "
               "| regret |", "|---|---|---|---|---|---|---|"]
@@ -164,9 +225,25 @@ def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
              "(trained on training and validation queries), at each of its seeds (frozen's codes and the "
              "quantizers' k-means have one), its per-query nDCG@10 averaged over them, and paired-tested (two-sided "
              "randomization, 10,000 sign flips) against the label-free pick and against frozen float32.", ""]
+    arrival = any("strata" in r for r in results)
+    if arrival:  # an arrival study's codes (experiments.<name>.arrival)
+        lines[2] = (
+            "What to store in B bytes a vector on a corpus whose documents keep arriving. The candidates are the "
+            "codes of an arrival study (each of its `codes` methods under float32 and the index quantizers): every "
+            "map, codebook, rotation and range fitted on the documents known at training time, the whole corpus "
+            "searched. **Each pick reads validation queries only**, those of stratum "
+            f"`{ctx.stratum}`" + (" (every validation query)" if ctx.stratum == "all" else "") + ", scored with the "
+            "select stage's maps (trained on the training queries and the known documents). Rule: the map (method, "
+            "dimension) of the best code on validation nDCG@10; then, of that map's codes level with that best (a "
+            f"paired per-query deficit within {TIE_SE:g} standard error), the one of most bytes; ties to the higher "
+            "validation score. The label-free pick is made the same way among codes fitted without relevance "
+            "judgments. Each pick is then scored on the test queries with the final stage's maps (trained on "
+            "training and validation queries, the same known documents), at the arrival study's first seed, "
+            f"reported on the `{ctx.stratum}` test queries and paired-tested (two-sided randomization, 10,000 sign "
+            "flips) against the label-free pick and against frozen float32 on each stratum.")
     rows, all_entries = [], []
     for r in results:
-        val = validation_rows(ctx, r)
+        val = validation_rows(ctx, r, "arrival_codes_validation" if arrival else "frontier_validation")
         reps = [x["rows"] for x in ctx.repeats if (x["dataset"], x["backbone"]) == (r["dataset"], r["backbone"])]
         for x in ctx.repeats:
             if (x["dataset"], x["backbone"]) == (r["dataset"], r["backbone"]) and x["query_ids"] != r["query_ids"]:
@@ -174,11 +251,13 @@ def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
                                  "queries than the frontier's; rerun rule frontier_seed")
         n_val = next(v["n_queries"] for v in ctx.validation
                      if (v["dataset"], v["backbone"]) == (r["dataset"], r["backbone"]))
-        entries = budget_entries(r, val, reps, budgets)
+        v_rec = next(v for v in ctx.validation if (v["dataset"], v["backbone"]) == (r["dataset"], r["backbone"]))
+        weigh = query_groups(v_rec)[ctx.stratum] if arrival else None
+        entries = budget_entries(r, val, reps, budgets, weigh, ctx.stratum if arrival else "all")
         all_entries.append((r, entries))
         lines += budget_markdown(entries, r, n_val)
         for e in entries:
-            row = {"dataset": r["dataset"], "backbone": r["backbone"], "budget": e["budget"],
+            row = {"dataset": r["dataset"], "backbone": r["backbone"], "budget": e["budget"], "stratum": e["stratum"],
                    "pick": code_label(e["pick"]), "pick_bytes": e["pick"]["bytes_per_vector"],
                    "pick_validation": e["pick_validation"], "pick_test": e["pick_test"],
                    "pick_seeds": len(e["pick_seeds"]),
@@ -187,7 +266,7 @@ def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
                    "frozen_test": e["frozen_test"], "pick_regret": e["pick_regret"],
                    "best_on_test": code_label(e["pick_best_on_test"]),
                    "label_free_regret": e.get("label_free_regret"), "candidates": e["candidates"]}
-            for sub in SUBSETS:
+            for sub in e["tests"]:
                 for name in ("vs_label_free", "vs_frozen"):
                     t = e["tests"][sub][name] or {}
                     row[f"{sub}_{name}_diff"], row[f"{sub}_{name}_p"] = t.get("diff"), t.get("p")
@@ -226,7 +305,8 @@ def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
             lo, hi = ax.get_ylim()
             ax.set_ylim(lo - 0.08 * (hi - lo), hi + 0.05 * (hi - lo))  # room for the labels
             ax.set_xlabel("budget (bytes per vector)")
-            ax.set_ylabel("test nDCG@10")
+            on = entries[0]["stratum"] if entries else "all"
+            ax.set_ylabel("test nDCG@10" + ("" if on == "all" else f" on the `{on}` stratum"))
             ax.grid(alpha=0.3, axis="y")
             ax.set_title(f"{r['dataset']} ({r['backbone']}): the code to store at each budget", fontsize=10)
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)

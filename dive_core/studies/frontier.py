@@ -283,22 +283,21 @@ def sparse_against_dense(rows: Sequence[Mapping], metric: str = "ndcg@10") -> li
     return out
 
 
-def validation_rows(ctx: StudyContext, record: Mapping) -> list[Mapping]:
-    """The rows of the ``frontier_validation`` record of ``record``'s dataset and backbone: the same codes
+def validation_rows(ctx: StudyContext, record: Mapping, rule: str = "frontier_validation") -> list[Mapping]:
+    """The rows of the validation record (of ``rule``) of ``record``'s dataset and backbone: the same codes
     on validation queries (select-stage maps); refused where there is none or it is not of validation
     queries, or where it scores another set of codes."""
     where = f"{record['dataset']} ({record['backbone']})"
     found = [v for v in ctx.validation if (v["dataset"], v["backbone"]) == (record["dataset"], record["backbone"])]
     if not found:
-        raise ValueError(f"{where}: no frontier_validation record, so no code can be picked without the test "
-                         "queries: rerun rule frontier_validation")
+        raise ValueError(f"{where}: no {rule} record, so no code can be picked without the test "
+                         f"queries: rerun rule {rule}")
     v = found[0]
     if v.get("role") != "validation" or v.get("stage") != "select":
-        raise ValueError(f"{where}: the frontier_validation record scores {v.get('role')!r} queries "
+        raise ValueError(f"{where}: the {rule} record scores {v.get('role')!r} queries "
                          f"(stage {v.get('stage')!r}), not the validation queries of the select stage")
     if {code_key(x) for x in v["rows"]} != {code_key(x) for x in record["rows"]}:
-        raise ValueError(f"{where}: the frontier_validation record holds other codes than the frontier's; "
-                         "rerun rule frontier_validation")
+        raise ValueError(f"{where}: the {rule} record holds other codes than the test record's; rerun rule {rule}")
     return v["rows"]
 
 

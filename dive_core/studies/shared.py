@@ -46,6 +46,7 @@ class StudyContext:
     # scores alone pick the codes
     validation: list[dict] = field(default_factory=list)
     budgets: list[int] = field(default_factory=list)  # budget: bytes per vector at which a code is picked
+    stratum: str = "all"  # an arrival budget study: the validation queries its picks weigh
 
 
 @dataclass
