@@ -290,6 +290,29 @@ def test_the_efficiency_and_frontier_tables_read_their_own_records(repo):
     assert fields["runs"].startswith("2, ") and fields["machine"].startswith("2 values: AMD EPYC")
 
 
+def test_a_budget_table_reads_each_record_its_list_names(repo):
+    """A budget study's per-run list names the records it read (the frontier's test record, its
+    validation record, a frontier_seed record): each is a run whose machine the header states; a named
+    record that is missing is refused."""
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    tables, base = repo / "results" / "tables", repo / "results" / "frontier" / "scifact"
+    (base / "minilm").mkdir(parents=True)
+    for path, machine in (("minilm.json", XEON), ("minilm/validation.json", XEON), ("minilm/seed2028.json", EPYC)):
+        (base / path).write_text(json.dumps({"runtime": {**machine, "git_commit": commit},
+                                             "versions": {"torch": "2.13.0+cpu"}}), encoding="utf-8")
+    (tables / "budget.md").write_text("# budget\n", encoding="utf-8")
+    (tables / "budget_runs.tsv").write_text(
+        "dataset\tbackbone\tstage\trecord\n" + "".join(f"scifact\tminilm\t{stage}\tresults/frontier/scifact/{p}\n"
+        for stage, p in (("final", "minilm.json"), ("select", "minilm/validation.json"), ("final", "minilm/seed2028.json"))),
+        encoding="utf-8")
+    fields = published(repo, "budget")
+    assert fields["runs"].startswith("3, ") and fields["machine"].startswith("2 values: Intel")
+    assert "(2 runs); AMD EPYC" in fields["machine"]
+    (base / "minilm" / "seed2028.json").unlink()
+    done = publish(repo, "budget")
+    assert done.returncode == 2 and "seed2028.json: the record of a run of table 'budget' is missing" in done.stderr
+
+
 @pytest.mark.parametrize("remove, why", [("results/tables/main_runs.tsv", "no per-run list for table 'main'"),
                                          ("results/scifact/minilm/dive/k64/final/seed2028/eval.json",
                                           "the record of a run of table 'main' is missing")])

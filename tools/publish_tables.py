@@ -24,7 +24,8 @@ results, right after the run, with the same ``--config`` files and the command y
 The machine header is never typed: for each table, ``<results>/tables/<EXPERIMENT>_runs.tsv`` (written
 by the table rule beside the table) lists its runs, and each run's record is read: a trained or
 evaluated run's ``eval.json`` (its evaluation job's ``runtime`` and ``versions``, and its training
-job's, under ``training``), or the ``efficiency`` / ``frontier`` study's own record. From them the
+job's, under ``training``), the ``efficiency`` / ``frontier`` study's own record, or each record a
+budget study read (its list names them). From them the
 header states the CPU and its recorded SIMD flags (and the GPU, if any), the threads, MKL's
 reproducibility mode (or that the records predate it: no ``mkl`` field), the torch version and the
 range of commits the runs were computed at, each value with its count of runs, every distinct value
@@ -137,6 +138,8 @@ def record_paths(results: Path, name: str) -> list[Path]:
         paths = [PATHS.FRONTIER_SEED.format(dataset=r["dataset"], backbone=r["backbone"], seed=r["seed"])
                  if r.get("repeat") == "True" else PATHS.FRONTIER.format(dataset=r["dataset"], backbone=r["backbone"])
                  for r in rows]
+    elif "record" in columns:  # the budget study: the records it read (frontier or arrival codes), by path
+        paths = [r["record"] for r in rows]
     else:
         raise Refused(f"{listing}: neither runs ({', '.join(RUN_KEY)}) nor efficiency or frontier rows; "
                       f"cannot tell which records are behind the table")

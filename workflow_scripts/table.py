@@ -50,7 +50,14 @@ if "arrival" in inp.keys():  # every arrival_codes record fitted under the manif
 if "repeats" in inp.keys():  # the frontier's picked codes at its other seeds (frontier_seed records)
     ctx.repeats = [records.read("frontier", path) for path in inp.repeats]
 study = STUDIES[p.study](results, ctx)
-report.write_tsv(out.runs, report.collect(results) if kind == "result" else study.rows)  # one row per run
+if p.study == "budget":  # the records it read, each named (tools/publish_tables.py reads their machine)
+    read = [*inp.results, *inp.get("validation", []), *inp.get("repeats", [])]
+    recs = [*results, *ctx.validation, *ctx.repeats]
+    runs = [{"dataset": r["dataset"], "backbone": r["backbone"], "stage": r["stage"], "record": str(path)}
+            for path, r in zip(read, recs)]
+else:
+    runs = report.collect(results) if kind == "result" else study.rows
+report.write_tsv(out.runs, runs)  # one row per run
 report.write_tsv(out.tsv, study.rows)
 with atomic_open(out.md, "w", encoding="utf-8") as fh:
     fh.write(study.markdown)
