@@ -159,22 +159,26 @@ def fit(name: str, train: np.ndarray, seed: int, opq_niter: int = OPQ_NITER):
     one thread: FAISS's k-means of many small sub-quantizers gains little from more, and on a machine
     whose cores other jobs share its OpenMP threads wait on each other (a PQ of 64 sub-quantizers of
     5,183 vectors: 11 s on one thread, over 5 minutes on two of two busy cores)."""
-    faiss = _faiss()
     train = np.ascontiguousarray(train, dtype=np.float32)
     q = parse(name)
     if q.kind in ("pq", "opq") and len(train) < 2 ** q.bits:
         raise ValueError(f"quantizer {name!r}: {len(train)} training rows for {2 ** q.bits} centroids per "
                          "sub-quantizer; fit fewer bits (pq<M>x<bits>) or on more rows")
     index = empty_index(name, train.shape[1], seed, opq_niter)
+    return index, train_one_thread(index, train)
+
+
+def train_one_thread(index, rows: np.ndarray) -> float:
+    """Train a FAISS index on ``rows`` on one OpenMP thread (:func:`fit` says why); its seconds."""
+    faiss = _faiss()
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
         t0 = time.perf_counter()
-        index.train(train)
-        seconds = time.perf_counter() - t0
+        index.train(rows)
+        return time.perf_counter() - t0
     finally:
         faiss.omp_set_num_threads(threads)
-    return index, seconds
 
 
 def build(name: str, docs: np.ndarray, seed: int, train: np.ndarray | None = None,

@@ -136,18 +136,11 @@ def build_index(code: Mapping, corpus: np.ndarray, settings: Mapping):
     in front of the code where ``method`` is pca), trained on the corpus as
     :func:`dive_core.quantizers.fit` trains (one thread; the quantizers' own index, k-means seeded with
     ``quantizers.seed``, OPQ at ``quantizers.opq_niter`` iterations) and filled with it."""
-    import faiss
+    from .. import quantizers as Q
 
     index = empty_index(code, corpus.shape[1], settings)
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        t0 = time.perf_counter()
-        index.train(corpus)
-        seconds = time.perf_counter() - t0
-    finally:
-        faiss.omp_set_num_threads(threads)
-    book = int(faiss.serialize_index(index).size)
+    seconds = Q.train_one_thread(index, corpus)
+    book = Q.codebook_bytes(index)
     index.add(corpus)
     return index, seconds, book
 
