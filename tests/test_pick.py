@@ -118,7 +118,29 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, capsys):
     assert pick.main([str(bad), str(out), "--config", str(cfg), "--quiet"]) == 1
     assert "row 7 (id 'd7')" in capsys.readouterr().err
     assert pick.main([str(good), str(out), "--config", str(cfg), "--budgets", "1", "8", "--quiet"]) == 1
-    assert "--budgets 1: below the smallest code of the grid, 4 bytes a vector (frozen 32d opq4)" in capsys.readouterr().err
+    assert "--budgets 1: below the smallest code of the grid, 4 bytes a vector (pca 8d sq4)" in capsys.readouterr().err
     assert pick.main([str(good), str(out), "--config", str(cfg), "--index-budget", "48", "--quiet"]) == 1
     assert "--index-budget 48: not one of --budgets [8, 16, 32, 64, 256]" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_latency_limit_drops_the_slower_codes_and_one_no_code_meets_is_refused(tmp_path, capsys):
+    """Codes A (0.5 ms), B (2 ms), C (1 ms): a 1 ms limit keeps A and C, in validation and test alike, and
+    names B with its latency; a 0.1 ms limit is refused naming the fastest, A at 0.500 ms. Through the
+    command, an impossibly low limit is refused before anything is written."""
+    from test_selection import code
+
+    rows = [{**code(m, "pq8", 8, (0.5,)), "latency_ms": ms} for m, ms in (("a", 0.5), ("b", 2.0), ("c", 1.0))]
+    kept_v, kept_t, dropped = pick.within_latency(rows, rows, 1.0)
+    assert [r["method"] for r in kept_v] == [r["method"] for r in kept_t] == ["a", "c"]
+    assert dropped == [{"code": "b 64d pq8", "latency_ms": 2.0}]
+    assert pick.within_latency(rows, rows, None)[2] == []
+    with pytest.raises(pick.CompressError, match=r"no code meets it on this machine; the fastest, a 64d pq8, takes 0.500 ms"):
+        pick.within_latency(rows, rows, 0.1)
+    good = write_npy(tmp_path / "good.npy", clustered(100), "d")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps({"quantizers": SETTINGS}))
+    out = tmp_path / "out"
+    assert pick.main([str(good), str(out), "--config", str(cfg), "--max-latency-ms", "1e-9", "--quiet"]) == 1
+    assert "--max-latency-ms 1e-09: no code meets it on this machine; the fastest, " in capsys.readouterr().err
     assert not out.exists()

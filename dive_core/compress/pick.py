@@ -49,6 +49,7 @@ from .errors import CompressError
 METRIC = "recall@10"
 K = 10
 SAMPLE = 1000  # held-out queries, both halves
+LATENCY_QUERIES = 200  # validation queries timed one at a time per code
 FLOAT_CODES = {"float32": "Flat", "float16": "SQfp16", "sq8": "SQ8"}
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 
@@ -145,6 +146,40 @@ def build_index(code: Mapping, corpus: np.ndarray, settings: Mapping):
     return index, seconds, book
 
 
+def latency_ms(index, queries: np.ndarray, n: int = LATENCY_QUERIES) -> float:
+    """The median milliseconds of one query's search at k = 10 on one thread (the first ``n`` of
+    ``queries``, each searched alone after one warm-up search), on the machine that runs this."""
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        index.search(queries[:1], K)
+        times = []
+        for i in range(min(n, len(queries))):
+            t0 = time.perf_counter()
+            index.search(queries[i:i + 1], K)
+            times.append(1000 * (time.perf_counter() - t0))
+    finally:
+        faiss.omp_set_num_threads(threads)
+    return float(np.median(times))
+
+
+def within_latency(rows_v: Sequence[Mapping], rows_t: Sequence[Mapping], limit: float | None):
+    """``(rows_v, rows_t, dropped)``: the codes whose measured latency (:func:`latency_ms`, on validation
+    queries) is at most ``limit`` ms (None: every code), and the dropped ones' labels and latencies.
+    A limit no code meets is refused, naming the fastest."""
+    if limit is None:
+        return list(rows_v), list(rows_t), []
+    keep = {code_key(r) for r in rows_v if r["latency_ms"] <= limit}
+    if not keep:
+        fastest = min(rows_v, key=lambda r: r["latency_ms"])
+        raise CompressError(f"--max-latency-ms {limit:g}: no code meets it on this machine; the fastest, "
+                            f"{code_label(fastest)}, takes {fastest['latency_ms']:.3f} ms a query")
+    dropped = [{"code": code_label(r), "latency_ms": r["latency_ms"]} for r in rows_v if code_key(r) not in keep]
+    return ([r for r in rows_v if code_key(r) in keep], [r for r in rows_t if code_key(r) in keep], dropped)
+
+
 def score_codes(corpus: np.ndarray, queries: np.ndarray, val: np.ndarray, test: np.ndarray, codes: Sequence[Mapping],
                 settings: Mapping, progress: bool = True) -> tuple[list[dict], list[dict]]:
     """``(validation rows, test rows)``: each code's recall@10 per held-out query (``val``, ``test``:
@@ -159,7 +194,8 @@ def score_codes(corpus: np.ndarray, queries: np.ndarray, val: np.ndarray, test: 
         found = index.search(queries, K)[1]
         per = recall_at(found, truth)
         base = {**code, "active": None, "supervised": False, "method_type": code["method"], "seed": int(settings["seed"]),
-                "bytes_per_vector": int(index.sa_code_size()), "codebook_bytes": book, "fit_seconds": seconds}
+                "bytes_per_vector": int(index.sa_code_size()), "codebook_bytes": book, "fit_seconds": seconds,
+                "latency_ms": latency_ms(index, queries[val])}
         for rows, part in ((rows_v, val), (rows_t, test)):
             pq = [per[i] for i in part]
             rows.append({**base, METRIC: sum(pq) / len(pq), "per_query": {METRIC: pq}})
@@ -179,7 +215,7 @@ def picks(rows_v: Sequence[Mapping], rows_t: Sequence[Mapping], budgets: Sequenc
         best = max(candidates(rows_t, b), key=lambda x: (x[METRIC], -x["bytes_per_vector"]))
         ranked = sorted(candidates(rows_v, b), key=lambda x: (-x[METRIC], x["bytes_per_vector"]))
         out.append({"budget": int(b), "code": code_label(pick), "method": pick["method"], "dim": pick["dim"],
-                    "encoding": pick["encoding"], "factory": pick["factory"],
+                    "encoding": pick["encoding"], "factory": pick["factory"], "latency_ms": pick["latency_ms"],
                     "bytes_per_vector": pick["bytes_per_vector"], "validation": pick[METRIC], "test": tested[METRIC],
                     "candidates": len(ranked), "best_on_test": code_label(best), "best_test": best[METRIC],
                     "regret": best[METRIC] - tested[METRIC],
@@ -199,13 +235,21 @@ def markdown(record: Mapping) -> str:
              f"{q['source']}. Rule (the budget study's, on recall@10): the map (frozen, or PCA at one dimension) of "
              f"the best code on validation; then, of that map's codes level with that best (within {TIE_SE:g} "
              "standard error of the paired per-query deficit), the one of most bytes. The best code on test and the "
-             "regret are diagnostics, which choose nothing.", "",
-             "| budget B | pick | B | val recall@10 | test recall@10 | candidates | runners-up on validation | "
-             "best on test | regret |", "|---|---|---|---|---|---|---|---|---|"]
+             "regret are diagnostics, which choose nothing.", ""]
+    lat = record["latency"]
+    if lat["max_ms"] is not None:
+        lines += [f"Latency limit {lat['max_ms']:g} ms a query (k = {lat['k']}, one thread, the median of "
+                  f"{lat['queries']} validation queries searched one at a time on {record['machine']['cpu']}): "
+                  f"{len(lat['dropped'])} codes over it left out"
+                  + (": " + "; ".join(f"{d['code']} {d['latency_ms']:.3f} ms" for d in lat["dropped"]) if lat["dropped"]
+                     else "") + ".", ""]
+    lines += ["| budget B | pick | B | val recall@10 | test recall@10 | ms a query | candidates | runners-up on validation | "
+              "best on test | regret |", "|---|---|---|---|---|---|---|---|---|---|"]
     for e in record["picks"]:
         ups = "; ".join(f"{x['code']} {x['validation']:.4f}" for x in e["runners_up"]) or "-"
         lines.append(f"| {e['budget']} | **{e['code']}** | {e['bytes_per_vector']} | {e['validation']:.4f} | "
-                     f"{e['test']:.4f} | {e['candidates']} | {ups} | {e['best_on_test']} {e['best_test']:.4f} | "
+                     f"{e['test']:.4f} | {e['latency_ms']:.3f} | {e['candidates']} | {ups} | {e['best_on_test']} "
+                     f"{e['best_test']:.4f} | "
                      f"{e['regret']:.4f} |")
     return "\n".join(lines) + "\n"
 
@@ -244,7 +288,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict:
     q = np.ascontiguousarray(queries[held])
     pos_v, pos_t = np.arange(len(val)), np.arange(len(val), len(held))
     dims = args.dims or [k for k in (d // 2, d // 4, d // 6) if k >= 8]
-    codes = candidate_codes(d, dims, settings)
+    from .. import quantizers as Q
+
+    codes, few = [], []  # a quantizer with more centroids per sub-quantizer than documents cannot be fitted
+    for c in candidate_codes(d, dims, settings):
+        n = Q.centroids(c["encoding"]) if Q.is_quantizer(c["encoding"]) else None
+        (few if n is not None and n > len(corpus) else codes).append(c)
     least = min((int(empty_index(c, d, settings).sa_code_size()), code_label({**c, "active": None})) for c in codes)
     low = [b for b in args.budgets if b < least[0]]
     if low:
@@ -252,7 +301,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict:
                             f"({least[1]})")
     t0 = time.perf_counter()
     rows_v, rows_t = score_codes(corpus, q, pos_v, pos_t, codes, settings, progress=not args.quiet)
-    chosen = picks(rows_v, rows_t, args.budgets)
+    kept_v, kept_t, dropped = within_latency(rows_v, rows_t, args.max_latency_ms)
+    chosen = picks(kept_v, kept_t, args.budgets)
     record = {"format": "dive-pick/1", "command": " ".join(["python -m dive_core.compress.pick", *argv]),
               "corpus": {"path": str(args.corpus), "rows": len(ids), "dim": d},
               "queries": {"source": source, "seed": int(args.seed), "validation": len(val), "test": len(test),
@@ -260,6 +310,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict:
               "metric": METRIC, "rule": f"the best validation map's code of most bytes level with its best "
                                         f"(within {TIE_SE:g} SE)", "quantizers": settings, "dims": list(dims),
               "seconds": time.perf_counter() - t0, "picks": chosen,
+              "left_out": [{"code": code_label({**c, "active": None}), "why": f"{Q.centroids(c['encoding'])} centroids "
+                            f"per sub-quantizer, {len(corpus)} documents"} for c in few],
+              "latency": {"max_ms": args.max_latency_ms, "queries": min(LATENCY_QUERIES, len(val)), "threads": 1,
+                          "k": K, "dropped": dropped},
               "rows": rows_v, "test_rows": rows_t,
               "faiss": faiss.__version__, "machine": {"cpu": provenance.cpu_model(), "simd": provenance.cpu_flags(),
                                                        "threads": faiss.omp_get_max_threads(),
@@ -303,6 +357,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--sample", type=int, default=SAMPLE, help="held-out queries drawn, both halves")
     ap.add_argument("--seed", type=int, default=2027, help="the draw and its division into halves")
     ap.add_argument("--index-budget", type=int, nargs="+", help="write these budgets' picks' indexes")
+    ap.add_argument("--max-latency-ms", type=float, help="drop the codes whose search of one query at k = 10 "
+                    "on one thread takes longer here (median over validation queries)")
     ap.add_argument("--config", default=str(CONFIG), help="a config whose quantizers: gives the grid")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     return ap
