@@ -100,6 +100,12 @@ def test_each_budget_is_picked_on_validation_scored_on_test_and_its_index_search
     assert np.mean(pick.recall_at(index.search(test_q, 10)[1], truth)) == pytest.approx(e16["test"])
     card = json.loads((tmp_path / "out" / "16B" / "card.json").read_text())
     assert card["code"] == e16["code"] and card["ntotal"] == 700
+    done = subprocess.run([sys.executable, "tools/publish_tables.py", "--results", str(tmp_path / "out"), "--docs",
+                           str(tmp_path / "docs"), "--command", "python -m dive_core.compress.pick ...", "--", "pick"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "docs" / "pick.md").read_text()
+    assert "- runs: 1, listed in" in page and "- machine: " in page and "No relevance judgment is read" in page
     argv2 = [*argv[:1], str(tmp_path / "again"), *argv[2:]]
     subprocess.run([sys.executable, "-m", "dive_core.compress.pick", *argv2], cwd=REPO, check=True, capture_output=True)
     assert (tmp_path / "again" / "16B" / "index.faiss").read_bytes() == (tmp_path / "out" / "16B" / "index.faiss").read_bytes()

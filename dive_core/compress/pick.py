@@ -25,8 +25,9 @@ indexes: recall@10 against exact search. Here:
   most bytes. No test query is read before every pick is made. The best on test and the regret are
   diagnostics that choose nothing.
 
-Writes ``OUT_DIR/budget.md`` (the table), ``OUT_DIR/budget.json`` (every candidate's scores, the
-picks, the command, the machine) and, per ``--index-budget`` B, ``OUT_DIR/{B}B/index.faiss`` (the
+Writes ``OUT_DIR/budget.md`` (the table, also as ``OUT_DIR/tables/{--name}.md`` with its
+``_runs.tsv``, which ``tools/publish_tables.py --results OUT_DIR`` publishes), ``OUT_DIR/budget.json``
+(every candidate's scores, the picks, the command, the machine) and, per ``--index-budget`` B, ``OUT_DIR/{B}B/index.faiss`` (the
 pick's index over the whole corpus, queries taken in the input's own space: PCA is inside it) with
 ``card.json``; each written under a temporary name, renamed when complete. The corpus is held in
 memory (N x d float32) for the exact search.
@@ -317,7 +318,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict:
               "rows": rows_v, "test_rows": rows_t,
               "faiss": faiss.__version__, "machine": {"cpu": provenance.cpu_model(), "simd": provenance.cpu_flags(),
                                                        "threads": faiss.omp_get_max_threads(),
-                                                       "commit": provenance.git_commit(CONFIG.parents[1])}}
+                                                       "commit": provenance.git_commit(CONFIG.parents[1])},
+              # the workflow records' machine fields, which tools/publish_tables.py reads (torch is unused here)
+              "runtime": provenance.runtime(1), "versions": provenance.versions()}
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fitting = {x["budget"]: x for x in chosen}
@@ -327,6 +330,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict:
 
     write_json(out / "budget.json", record)
     _write_text(out / "budget.md", markdown(record))
+    # the same table where tools/publish_tables.py --results OUT_DIR finds it, with its record listed
+    (out / "tables").mkdir(exist_ok=True)
+    _write_text(out / "tables" / f"{args.name}.md", markdown(record))
+    _write_text(out / "tables" / f"{args.name}_runs.tsv", f"corpus\trecord\n{args.corpus}\tresults/budget.json\n")
     return record
 
 
@@ -360,6 +367,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-latency-ms", type=float, help="drop the codes whose search of one query at k = 10 "
                     "on one thread takes longer here (median over validation queries)")
     ap.add_argument("--config", default=str(CONFIG), help="a config whose quantizers: gives the grid")
+    ap.add_argument("--name", default="pick", help="the table's name under OUT_DIR/tables/ (tools/publish_tables.py "
+                    "--results OUT_DIR NAME publishes it)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     return ap
 
