@@ -123,6 +123,8 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path, capsys):
     out = tmp_path / "out"
     assert pick.main([str(bad), str(out), "--config", str(cfg), "--quiet"]) == 1
     assert "row 7 (id 'd7')" in capsys.readouterr().err
+    assert pick.main([str(tmp_path / "none.npy"), str(out), "--config", str(cfg), "--quiet"]) == 1
+    assert "none.npy: no such vector file" in capsys.readouterr().err
     assert pick.main([str(good), str(out), "--config", str(cfg), "--budgets", "1", "8", "--quiet"]) == 1
     assert "--budgets 1: below the smallest code of the grid, 4 bytes a vector (pca 8d sq4)" in capsys.readouterr().err
     assert pick.main([str(good), str(out), "--config", str(cfg), "--index-budget", "48", "--quiet"]) == 1

@@ -380,9 +380,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad:
         print(f"--budgets: {bad[0]} is not a number of bytes", file=sys.stderr)
         return 2
+    from ..vectors import VectorFileError
+
     try:
         record = run(args, argv)
-    except CompressError as exc:
+    except (CompressError, VectorFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(markdown(record))
