@@ -353,7 +353,9 @@ def test_arrival_runs_fit_on_known_documents_only(workdir):
                 "qside-ae", "qside-known")
     assert final == {f"{m}-arrival" for m in METHODS + variants if m not in ("frozen", "truncate")}
     assert len([p for p in fitted if p.parts[-3] == "final"]) == 14 + 1  # DIVE: two seeds (config/test.yaml)
-    assert len([p for p in fitted if p.parts[-3] == "select"]) == 8 * 2 + 2  # candidates + dive, mrl
+    # the variants' candidates, dive and mrl (their references), and the autoencoder: budget_arrival's
+    # candidates at the select stage (rule arrival_codes_validation)
+    assert len([p for p in fitted if p.parts[-3] == "select"]) == 8 * 2 + 3
     for p in fitted:
         meta = torch.load(p, weights_only=True)["meta"]
         assert meta["fingerprints"]["fit_docs_sha256"] == known, p
