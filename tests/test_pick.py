@@ -152,3 +152,19 @@ def test_a_latency_limit_drops_the_slower_codes_and_one_no_code_meets_is_refused
     assert pick.main([str(good), str(out), "--config", str(cfg), "--max-latency-ms", "1e-9", "--quiet"]) == 1
     assert "--max-latency-ms 1e-09: no code meets it on this machine; the fastest, " in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_an_index_budget_whose_codes_are_all_over_the_latency_limit_is_refused(tmp_path, capsys, monkeypatch):
+    """Every code of at most 8 bytes measured at 10 ms, the others at 0.01: with a 1 ms limit there is no
+    8-byte pick, so --index-budget 8 is refused naming the limit, and nothing is written."""
+    monkeypatch.setattr(pick, "latency_ms", lambda index, q: 10.0 if index.sa_code_size() <= 8 else 0.01)
+    good = write_npy(tmp_path / "good.npy", clustered(300), "d")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps({"quantizers": SETTINGS}))
+    out = tmp_path / "out"
+    argv = [str(good), str(out), "--config", str(cfg), "--budgets", "8", "64", "--max-latency-ms", "1", "--quiet"]
+    assert pick.main([*argv, "--index-budget", "8"]) == 1
+    assert "--index-budget 8: no code of at most 8 bytes a vector is within --max-latency-ms 1" in capsys.readouterr().err
+    assert not out.exists()
+    assert pick.main(argv) == 0
+    assert [e["budget"] for e in json.loads((out / "budget.json").read_text())["picks"]] == [64]

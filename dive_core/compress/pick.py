@@ -321,9 +321,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict:
                                                        "commit": provenance.git_commit(CONFIG.parents[1])},
               # the workflow records' machine fields, which tools/publish_tables.py reads (torch is unused here)
               "runtime": provenance.runtime(1), "versions": provenance.versions()}
+    fitting = {x["budget"]: x for x in chosen}
+    unfit = [b for b in args.index_budget or [] if b not in fitting]
+    if unfit:  # every code of at most that many bytes was over the latency limit
+        raise CompressError(f"--index-budget {unfit[0]}: no code of at most {unfit[0]} bytes a vector is within "
+                            f"--max-latency-ms {args.max_latency_ms:g}")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fitting = {x["budget"]: x for x in chosen}
     for b in args.index_budget or []:
         write_index(out / f"{int(b)}B", fitting[b], corpus, settings, record)
     from ..atomic import write_json
