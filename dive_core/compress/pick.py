@@ -113,9 +113,8 @@ def candidate_codes(d: int, dims: Sequence[int], settings: Mapping) -> list[dict
         pre = f"PCA{k}," if method == "pca" else ""
         for enc, fac in FLOAT_CODES.items():
             out.append({"method": method, "dim": k, "encoding": enc, "factory": pre + fac})
-        for name in Q.grid(k, settings):
-            if Q.fits(name, k):
-                out.append({"method": method, "dim": k, "encoding": name, "factory": pre + Q.factory_string(name, k)})
+        for name in Q.grid(k, settings):  # the grid holds only the quantizers that fit k
+            out.append({"method": method, "dim": k, "encoding": name, "factory": pre + Q.factory_string(name, k)})
     return out
 
 

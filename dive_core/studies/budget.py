@@ -249,9 +249,8 @@ def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
             if (x["dataset"], x["backbone"]) == (r["dataset"], r["backbone"]) and x["query_ids"] != r["query_ids"]:
                 raise ValueError(f"{r['dataset']} ({r['backbone']}): a frontier_seed record scores other test "
                                  "queries than the frontier's; rerun rule frontier_seed")
-        n_val = next(v["n_queries"] for v in ctx.validation
-                     if (v["dataset"], v["backbone"]) == (r["dataset"], r["backbone"]))
         v_rec = next(v for v in ctx.validation if (v["dataset"], v["backbone"]) == (r["dataset"], r["backbone"]))
+        n_val = v_rec["n_queries"]
         weigh = query_groups(v_rec)[ctx.stratum] if arrival else None
         entries = budget_entries(r, val, reps, budgets, weigh, ctx.stratum if arrival else "all")
         all_entries.append((r, entries))
