@@ -10,6 +10,9 @@ STAMP := $(VENV)/.installed
 CORES ?= 2
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
+# make test runs the main suite on this many pytest-xdist workers, each test module on one
+# (tests/conftest.py starts the slowest first); 0 runs it in one process
+PYTEST_WORKERS ?= 2
 LOCK := requirements.lock
 # pip-compile runs from its own venv outside the repository; LOCK_ARGS=--upgrade re-resolves every pin
 LOCK_VENV ?= $(or $(TMPDIR),/tmp)/dive-lock-tools
@@ -112,13 +115,13 @@ $(L2V_STAMP): $(L2V_LOCK)
 
 venv-llm2vec: $(L2V_STAMP)
 
-# tests/env_llm2vec/ runs in the LLM2Vec environment, everything else in the main one
+# tests/env_llm2vec/ runs in the LLM2Vec environment, everything else in the main one, on PYTEST_WORKERS workers
 # (its exit status 5 means PYTEST_ARGS selected none of its tests, as `PYTEST_ARGS='-k slurm'` does)
 test: $(STAMP) $(L2V_STAMP)
 	$(BIN)/snakefmt --check Snakefile rules/
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --lint --quiet
 	$(L2V_BIN)/python -m pytest tests/env_llm2vec $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 all: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) all $(SNAKEMAKE_ARGS)

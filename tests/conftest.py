@@ -8,6 +8,11 @@
   reason. A skip means a check did not run; locally that is allowed (the real-SciFact tests need
   a copy of BEIR SciFact), in CI it is not (``.ci/run`` points ``BEIR_DATA_DIR`` at the shared
   copy).
+* ``make test`` runs the suite on two pytest-xdist workers, each module on one (``--dist loadfile
+  --no-loadscope-reorder``): modules are handed out in collection order, and ``SLOWEST_FIRST``
+  puts the longest first, so that they do not start last and leave the other worker idle.
+* ``ci_log``: a line for the CI log. A worker's own output is not shown, so the line travels on
+  the test's report and the run's summary prints it ("what the tests reported").
 """
 
 from __future__ import annotations
@@ -67,6 +72,35 @@ def generated_beir(tmp_path_factory) -> Path:
     return root
 
 
+# --------------------------------------------------------------------------- order, CI log
+# The modules that take longest, longest first: bd833fc's `make test` on the AVX2 EPYC, one process,
+# --durations=0 summed per module (s): 1210, 550, 304, 193, 129, 68, 53, 51 (docs/tests.md). Every
+# other module follows in its own order.
+SLOWEST_FIRST = ("test_workflow.py", "test_slurm.py", "test_reproducibility.py", "test_paper_shapes.py",
+                 "test_compiled_step.py", "test_compress.py", "test_export.py", "test_efficiency.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module keeps its order
+
+
+@pytest.fixture
+def ci_log(record_property):
+    """``ci_log(line)``: ``line`` printed in the run's terminal summary, with the test's node id."""
+    return lambda line: record_property("ci_log", line)
+
+
+def _ci_log_lines(terminalreporter) -> list[str]:
+    seen: dict[str, None] = {}  # every phase's report carries the test's properties: print each once
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for key, line in getattr(report, "user_properties", ()):
+                if key == "ci_log":
+                    seen.setdefault(f"{report.nodeid}: {line}")
+    return list(seen)
+
+
 # --------------------------------------------------------------------------- CI: a skip fails
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
@@ -114,6 +148,11 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    lines = _ci_log_lines(terminalreporter)
+    if lines:
+        terminalreporter.section("what the tests reported", sep="-")
+        for line in lines:
+            terminalreporter.line(line)
     bad = _not_allowed() if in_ci() else []
     if not bad:
         return

@@ -98,10 +98,9 @@ def trained(problem):
 
 
 @pytest.mark.parametrize("type_name", TYPES)
-def test_training_improves_validation_ndcg(trained, type_name, capsys):
+def test_training_improves_validation_ndcg(trained, type_name, ci_log):
     before, after, _, _ = trained[type_name]
-    with capsys.disabled():
-        print(f"\n  {type_name}: validation nDCG@10 {before:.4f} -> {after:.4f}")
+    ci_log(f"  {type_name}: validation nDCG@10 {before:.4f} -> {after:.4f}")
     assert after > before + 0.1
 
 

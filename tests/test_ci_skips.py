@@ -1,10 +1,12 @@
 """The CI rule of tests/conftest.py: with CI=true a skipped test fails the run and is named with
 its reason; without CI, or for a test allowlisted with a reason, a skip passes. Each case runs
-pytest in a subprocess on a tiny test file, with a copy of the real conftest.py."""
+pytest in a subprocess on a tiny test file, with a copy of the real conftest.py; the rule, the
+order of the modules and the CI log lines hold as well on `make test`'s pytest-xdist workers."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,15 @@ from pathlib import Path
 import pytest
 
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
+MAKEFILE = CONFTEST.parent.parent / "Makefile"
+
+
+def make_test_workers() -> list[str]:
+    """The arguments `make test` gives the main suite's pytest before PYTEST_ARGS (its workers)."""
+    text = MAKEFILE.read_text(encoding="utf-8")
+    workers = re.search(r"^PYTEST_WORKERS \?= (\d+)$", text, re.M).group(1)
+    args = re.search(r"^\t\$\(BIN\)/python -m pytest (.*) \$\(PYTEST_ARGS\)$", text, re.M).group(1)
+    return args.replace("$(PYTEST_WORKERS)", workers).split()
 
 TINY = '''
 import pytest
@@ -36,7 +47,8 @@ def test_never_collected():
 '''
 
 
-def run_pytest(tmp_path: Path, ci: str | None, files: dict[str, str], allow: dict[str, str] | None = None):
+def run_pytest(tmp_path: Path, ci: str | None, files: dict[str, str], allow: dict[str, str] | None = None,
+               args: tuple[str, ...] = ()):
     conftest = CONFTEST.read_text(encoding="utf-8")
     if allow is not None:
         marker = "CI_ALLOWED_SKIPS: dict[str, str] = {}"
@@ -49,7 +61,7 @@ def run_pytest(tmp_path: Path, ci: str | None, files: dict[str, str], allow: dic
     env = {k: v for k, v in os.environ.items() if k != "CI" and not k.startswith("PYTEST_")}
     if ci is not None:
         env["CI"] = ci
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", str(tmp_path)],
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", *args, str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -99,3 +111,40 @@ def test_the_allowlist_is_empty():
     import conftest
 
     assert conftest.CI_ALLOWED_SKIPS == {}
+
+
+CI_LOG = '''
+def test_reports(ci_log):
+    ci_log("42 jobs, 3.5 s")
+'''
+
+
+def test_on_make_tests_workers_a_skip_still_fails_and_ci_log_lines_reach_the_summary(tmp_path):
+    args = make_test_workers()
+    assert args[:2] == ["-n", "2"] and "loadfile" in args, args
+    files = {"test_tiny.py": TINY, "test_module.py": MODULE_SKIP, "test_log.py": CI_LOG}
+    proc = run_pytest(tmp_path, "true", files, args=tuple(args))
+    out = proc.stdout + proc.stderr
+    assert "2 workers" in out, out  # it did run on workers
+    assert proc.returncode == 1, out
+    assert "SKIPPED (not allowed in CI) test_tiny.py::test_needs_data: needs the data set X; looked in /nowhere" in out
+    assert "SKIPPED (not allowed in CI) test_module.py: needs the data set Y; looked in /nowhere/else" in out
+    assert "test_log.py::test_reports: 42 jobs, 3.5 s" in out.split("what the tests reported")[1], out
+    del files["test_module.py"]
+    (tmp_path / "test_module.py").unlink()
+    proc = run_pytest(tmp_path, None, files, args=tuple(args))
+    assert proc.returncode == 0, proc.stdout  # outside CI a skip passes on workers too
+
+
+def test_the_slowest_modules_are_collected_first(tmp_path):
+    """`make test` hands modules to its workers in collection order: the slowest go first."""
+    import conftest
+
+    names = ["test_a.py", *reversed(conftest.SLOWEST_FIRST), "test_z.py"]
+    files = {name: "def test_one():\n    pass\n\ndef test_two():\n    pass\n" for name in names}
+    proc = run_pytest(tmp_path, None, files, args=("--collect-only", "-q"))
+    order = [line.split("::")[0] for line in proc.stdout.splitlines() if "::" in line]
+    modules = list(dict.fromkeys(order))
+    assert modules == [*conftest.SLOWEST_FIRST, "test_a.py", "test_z.py"], proc.stdout
+    assert order.count("test_workflow.py") == 2 and proc.stdout.index("test_workflow.py::test_one") < \
+        proc.stdout.index("test_workflow.py::test_two")

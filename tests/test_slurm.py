@@ -102,7 +102,7 @@ def cluster() -> None:
                     "start one with sudo tools/slurm_localhost.sh")
 
 
-def test_shard_embedding_locally_gathers_the_unsharded_file(local, tmp_path, capsys):
+def test_shard_embedding_locally_gathers_the_unsharded_file(local, tmp_path, ci_log):
     """3 corpus shards + the queries part, each its own job, gathered by rule embed: the same
     content_sha256 as the unsharded file; the parts are temporary and gone afterwards."""
     proc = run(tmp_path, "--cores", "2", "--config", THREE_SHARDS, "--", EMBEDDINGS)
@@ -112,9 +112,8 @@ def test_shard_embedding_locally_gathers_the_unsharded_file(local, tmp_path, cap
         assert f"part=corpus{i}of3" in log
     assert content_sha256(tmp_path / EMBEDDINGS) == content_sha256(local / EMBEDDINGS)
     assert shards_attr(tmp_path / EMBEDDINGS) == 3 and shards_attr(local / EMBEDDINGS) is None
-    with capsys.disabled():
-        print(f"\nshards: embeddings content_sha256 3 shards {content_sha256(tmp_path / EMBEDDINGS)}, unsharded "
-              f"{content_sha256(local / EMBEDDINGS)}")
+    ci_log(f"shards: embeddings content_sha256 3 shards {content_sha256(tmp_path / EMBEDDINGS)}, unsharded "
+           f"{content_sha256(local / EMBEDDINGS)}")
     assert not list((tmp_path / "results/scifact-tiny/minilm").glob("embed_parts/*.h5"))
 
 
@@ -130,7 +129,7 @@ def sacct(since: str) -> list[dict]:
     return [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line.strip()]
 
 
-def test_slurm_profile_as_shipped_runs_like_local_and_survives_a_lost_job(cluster, local, tmp_path, capsys):
+def test_slurm_profile_as_shipped_runs_like_local_and_survives_a_lost_job(cluster, local, tmp_path, ci_log):
     """The target through profiles/slurm unchanged (plus `--config gpu=0`: this node has no GPU),
     with the embedding in 3 shard jobs. While the training job runs it is killed through SLURM
     (scancel); the profile's `retries` resubmits it and the run finishes with per-query results
@@ -173,17 +172,15 @@ def test_slurm_profile_as_shipped_runs_like_local_and_survives_a_lost_job(cluste
     assert rules.count("rule_train") == 2 and rules.count("rule_embed_part") == 4, rules
     assert {j["state"] for j in ours if j["id"] != killed[0]} == {"COMPLETED"}, ours
     assert all(int(j["cpus"]) <= 2 for j in ours)  # cpus-per-task = the job's threads (2), never more
-    with capsys.disabled():  # into the CI log
-        print(f"\nSLURM: {len(ours)} jobs submitted, {len(ours) - 1} COMPLETED, train job {killed[0]} cancelled "
-              f"and resubmitted, {wall:.0f} s; rules: {rules}")
+    ci_log(f"SLURM: {len(ours)} jobs submitted, {len(ours) - 1} COMPLETED, train job {killed[0]} cancelled "
+           f"and resubmitted, {wall:.0f} s; rules: {rules}")
 
     assert (tmp_path / TARGET).read_bytes() == (local / TARGET).read_bytes()
     assert content_sha256(tmp_path / EMBEDDINGS) == content_sha256(local / EMBEDDINGS)
     assert shards_attr(tmp_path / EMBEDDINGS) == 3
-    with capsys.disabled():
-        print(f"SLURM: per_query.tsv sha256 {file_sha256(tmp_path / TARGET)} (local "
-              f"{file_sha256(local / TARGET)}); embeddings content_sha256 3 shards "
-              f"{content_sha256(tmp_path / EMBEDDINGS)} (local, unsharded {content_sha256(local / EMBEDDINGS)})")
+    ci_log(f"SLURM: per_query.tsv sha256 {file_sha256(tmp_path / TARGET)} (local "
+           f"{file_sha256(local / TARGET)}); embeddings content_sha256 3 shards "
+           f"{content_sha256(tmp_path / EMBEDDINGS)} (local, unsharded {content_sha256(local / EMBEDDINGS)})")
 
 
 def test_slurm_job_no_node_can_run_is_reported_before_submission(cluster, tmp_path):
@@ -200,7 +197,7 @@ def test_slurm_job_no_node_can_run_is_reported_before_submission(cluster, tmp_pa
     assert {jid for jid, _, _ in squeue()} <= before and not (tmp_path / "data").exists()
 
 
-def test_slurm_compress_target_runs_row_shards_as_jobs_and_matches_the_cli(cluster, tmp_path, capsys):
+def test_slurm_compress_target_runs_row_shards_as_jobs_and_matches_the_cli(cluster, tmp_path, ci_log):
     """A `compress:` entry (tests/test_compress.py's tiny setup: int8 Parquet in 3 row shards, with
     its FAISS index) through profiles/slurm as shipped: 3 compress_part jobs, the gather and the
     index, each its own SLURM job, write the bytes `dive-compress` writes. Needs no BEIR data."""
@@ -228,6 +225,5 @@ def test_slurm_compress_target_runs_row_shards_as_jobs_and_matches_the_cli(clust
     assert (wd / targets[0]).read_bytes() == expected.read_bytes()
     assert (wd / targets[1]).read_bytes() == (tmp_path / "cli" / "pq8.faiss").read_bytes()
     assert not (wd / "results" / "compressed" / "pq8.parts").exists()  # temporary
-    with capsys.disabled():
-        print(f"\nSLURM compress: {len(ours)} jobs COMPLETED ({rules}), {wall:.0f} s; pq8.parquet sha256 "
-              f"{file_sha256(wd / targets[0])} = dive-compress's {file_sha256(expected)}")
+    ci_log(f"SLURM compress: {len(ours)} jobs COMPLETED ({rules}), {wall:.0f} s; pq8.parquet sha256 "
+           f"{file_sha256(wd / targets[0])} = dive-compress's {file_sha256(expected)}")

@@ -58,7 +58,7 @@ def audited_runs() -> int:
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
            "--directory", str(workdir), "--configfile", *CONFIGS, "--cores", "2", *args]
-    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ), capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ), capture_output=True, text=True, timeout=3600)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
