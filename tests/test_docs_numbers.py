@@ -274,12 +274,12 @@ def test_every_number_of_results_md_is_in_a_table_its_row_or_section_links():
                          "the table that holds them, in that row or section):\n" + "\n".join(missing))
 
 
-def test_a_frontier_number_planted_in_the_heads_row_is_caught():
+def test_a_budget_number_planted_in_the_heads_row_is_caught():
     page = (REPO / CITING_PAGE).read_text(encoding="utf-8")
     lines = page.splitlines()
     row = next(i for i, line in enumerate(lines) if line.startswith("|") and "(tables/heads.md)" in line)
-    frontier, heads = table_numbers("frontier"), table_numbers("heads")
-    planted = next(v for v in sorted(frontier) if v not in heads and v.as_tuple().exponent == -4
+    budget, heads = table_numbers("budget"), table_numbers("heads")
+    planted = next(v for v in sorted(budget) if v not in heads and v.as_tuple().exponent == -4
                    and v not in set().union(*(table_numbers(t) for t in TABLE_LINK.findall(lines[row]))))
     lines[row] = lines[row].replace(" |", f" (and {planted}) |", 2)
     assert miscited(page) == []
