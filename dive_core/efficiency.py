@@ -155,6 +155,36 @@ def time_index(docs: np.ndarray, queries: np.ndarray, k: int = 10, n_single: int
             "repeats": repeats, "k": k}
 
 
+LATENCY_QUERIES = 200
+"""How many held-out queries :func:`single_query_ms` times, one at a time, per code."""
+
+
+def single_query_ms(index, queries, n: int = LATENCY_QUERIES, k: int = 10, encoding: str = "float32",
+                    docs: np.ndarray | None = None) -> float:
+    """The median milliseconds of one query's search at ``k`` on one thread, on the machine that runs
+    this: the first ``n`` rows of ``queries`` each searched alone through
+    :func:`dive_core.retrieval.index_search` (``encoding``: how ``index`` stores the corpus; ``docs``:
+    the float32 corpus a rescoring search reads), after one discarded warm-up search. FAISS's thread
+    count is restored after."""
+    import faiss
+
+    from .retrieval import index_search
+
+    rows = [queries[i:i + 1] for i in range(min(n, queries.shape[0]))]
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        index_search(index, encoding, rows[0], k, docs)
+        times = []
+        for x in rows:
+            t0 = time.perf_counter()
+            index_search(index, encoding, x, k, docs)
+            times.append(1000 * (time.perf_counter() - t0))
+    finally:
+        faiss.omp_set_num_threads(threads)
+    return float(np.median(times))
+
+
 def _gpu_index(index) -> bool:
     return "Gpu" in type(index).__name__
 
@@ -233,7 +263,7 @@ def compressed_test_vectors(embeddings_path, splits_path, runs, checkpoints, sta
 def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, doc_ids, manifest, stage: str,
                   top_k: int = 100, encodings: Sequence[str] | None = None, active: int | None = None,
                   quantizers: Sequence[str] = (), quantizer_seed: int = 0, opq_niter: int | None = None,
-                  fit_rows: np.ndarray | None = None) -> list[dict]:
+                  fit_rows: np.ndarray | None = None, latency_queries: int = 0) -> list[dict]:
     """Held-out quality of one method's compressed vectors under every encoding of
     :mod:`dive_core.retrieval`, through the project's evaluation path. ``active``: the vectors are
     k-sparse codes of that many non-zeros (csr), with one encoding, their stored form
@@ -246,7 +276,12 @@ def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, do
     known at training time in the arrival study) with ``quantizer_seed`` and searched by FAISS
     (asymmetric distances); their rows also hold the factory string, the fit's seconds, the
     training-set size and the codebook bytes (:func:`dive_core.quantizers.build`). Not for
-    k-sparse codes."""
+    k-sparse codes.
+
+    ``latency_queries``: when above 0, each row also holds ``latency_ms``, one query's search at k = 10
+    on one thread on this machine (:func:`single_query_ms` over the first that many evaluated
+    queries), through the index its encoding is stored in (the quantizer's; FAISS's flat, fp16 or SQ8
+    index, or binary one, built here for the timing alone; a k-sparse code's exact search)."""
     from . import quantizers as Q
     from .evaluation import evaluate_vectors
     from .retrieval import ENCODINGS, RESCORE_OVERSAMPLE
@@ -269,8 +304,14 @@ def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, do
             nbytes = bytes_per_vector(enc, k, active)
         per_query, summary = evaluate_vectors(docs, doc_ids, queries, manifest, stage, top_k, use_gpu=False,
                                               encoding=enc, index=index)
+        timed = {}
+        if latency_queries:
+            searched = index if index is not None else (SparseCorpus(docs) if active is not None
+                                                        else build_index(docs, False, enc))
+            timed = {"latency_ms": single_query_ms(searched, queries, latency_queries, 10, enc, docs)}
+            del searched
         del index
-        rows.append({"method": method, "dim": int(k), "active": active, "encoding": enc,
+        rows.append({"method": method, "dim": int(k), "active": active, "encoding": enc, **timed,
                      "bytes_per_vector": nbytes,
                      "n_queries": summary["n_queries"], **{m: summary["metrics"][m] for m in ("ndcg@10", "recall@10")},
                      "rescore_oversample": RESCORE_OVERSAMPLE if enc == "binary_rescore" else None,

@@ -197,6 +197,26 @@ def level_with(best: Mapping, row: Mapping, metric: str = "ndcg@10", z: float = 
     return mean <= z * sd / n ** 0.5 + 1e-12
 
 
+def within_latency(rows: Sequence[Mapping], limit: float | None, key: str) -> tuple[list[Mapping], list[dict]]:
+    """``(kept, dropped)``: the rows whose measured ``latency_ms`` (one query's search at k = 10 on one
+    thread, :func:`dive_core.efficiency.single_query_ms`) is at most ``limit`` ms (None: every row, none
+    dropped), and each dropped code's label and latency. ``key`` names the limit where it was given
+    (``--max-latency-ms``, a config key): a row measured without latency, or a limit no code meets
+    (the fastest named), is refused with it."""
+    if limit is None:
+        return list(rows), []
+    unmeasured = [r for r in rows if r.get("latency_ms") is None]
+    if unmeasured:
+        raise ValueError(f"{key} {limit:g}: {code_label(unmeasured[0])} (and {len(unmeasured) - 1} more codes) "
+                         "was scored without a latency measurement: rerun the job that scored it with the limit set")
+    kept = [r for r in rows if r["latency_ms"] <= limit]
+    if not kept:
+        fastest = min(rows, key=lambda r: r["latency_ms"])
+        raise ValueError(f"{key} {limit:g}: no code meets it on this machine; the fastest, {code_label(fastest)}, "
+                         f"takes {fastest['latency_ms']:.3f} ms a query")
+    return kept, [{"code": code_label(r), "latency_ms": r["latency_ms"]} for r in rows if r["latency_ms"] > limit]
+
+
 def candidates(rows: Sequence[Mapping], budget: int, fam: str | None = None) -> list[Mapping]:
     """The rows of at most ``budget`` bytes per vector that need nothing outside the index
     (:func:`index_alone`), of family ``fam`` (:func:`family`; None: either)."""

@@ -135,6 +135,8 @@ checkpoint frontier_validation:
         top_k=PLAN.setting("evaluation", "top_k"),
         quantizers=PLAN.setting("quantizers"),
         quantized=lambda wc: PLAN.frontier_quantized(wc.backbone),
+        # a budget study's max_latency_ms: each code's one-query search timed on this many queries (else 0)
+        latency_queries=PLAN.frontier_latency_queries(),
     script:
         "../workflow_scripts/frontier.py"
 

@@ -29,6 +29,7 @@ rule table:
         budgets=lambda wc: PLAN.experiment(wc.experiment).get("budgets") or [],
         arrival=lambda wc: PLAN.experiment(wc.experiment).get("arrival") or "",
         stratum=lambda wc: PLAN.experiment(wc.experiment).get("stratum") or "all",
+        max_latency_ms=lambda wc: PLAN.experiment(wc.experiment).get("max_latency_ms"),
         title=lambda wc: PLAN.title(wc.experiment),
     script:
         "../workflow_scripts/table.py"

@@ -236,6 +236,9 @@ def test_stored_bytes_frontier_row_and_timed_search_of_a_code(problem, mtype, mo
     assert row["encoding"] == "sparse" and row["bytes_per_vector"] == 4 * TOPK and row["active"] == TOPK
     assert row["ndcg@10"] == summary["metrics"]["ndcg@10"] and row["dim"] == H
     scores = row["per_query"]["ndcg@10"]  # per query, for the frontier's paired tests
+    (timed,) = efficiency.frontier_rows(mtype, H, out, queries, problem.doc_ids, manifest, "final", 10, active=TOPK,
+                                        latency_queries=3)  # a latency limit times the exact sparse search too
+    assert timed.pop("latency_ms") > 0 and timed == row
     assert len(scores) == summary["n_queries"] and sum(scores) / len(scores) == pytest.approx(row["ndcg@10"])
     dense_rows = efficiency.frontier_rows(mtype, H, out, queries, problem.doc_ids, manifest, "final", 10)
     assert [r["encoding"] for r in dense_rows][0] == "float32" and dense_rows[0]["bytes_per_vector"] == 4 * H

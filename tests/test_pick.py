@@ -157,7 +157,7 @@ def test_a_latency_limit_drops_the_slower_codes_and_one_no_code_meets_is_refused
 def test_an_index_budget_whose_codes_are_all_over_the_latency_limit_is_refused(tmp_path, capsys, monkeypatch):
     """Every code of at most 8 bytes measured at 10 ms, the others at 0.01: with a 1 ms limit there is no
     8-byte pick, so --index-budget 8 is refused naming the limit, and nothing is written."""
-    monkeypatch.setattr(pick, "latency_ms", lambda index, q: 10.0 if index.sa_code_size() <= 8 else 0.01)
+    monkeypatch.setattr(pick, "single_query_ms", lambda index, q, k: 10.0 if index.sa_code_size() <= 8 else 0.01)
     good = write_npy(tmp_path / "good.npy", clustered(300), "d")
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(json.dumps({"quantizers": SETTINGS}))

@@ -246,6 +246,57 @@ def test_a_budget_study_reruns_only_the_maps_picked_on_validation_and_refuses_ba
             r"experiments.budget: a budget study picks among the frontier's codes")
 
 
+def test_a_budget_studys_latency_limit_times_the_validation_codes_and_drops_the_slower_from_its_picks(tmp_path):
+    """experiments.budget.max_latency_ms: 1: rule frontier_validation times every code on
+    efficiency.LATENCY_QUERIES (200) queries (0 with no limit, its rows untimed). Rows: MRL pq8 (8 B, 0.5,
+    0.2 ms), PCA sq8 (64 B, 0.6, 3 ms), frozen float32 (1536 B, 0.7, 5 ms). Without a limit the maps picked
+    are MRL's and PCA's; with it PCA sq8 is over, so MRL pq8 is the pick at every budget, and the verdict's
+    picks (every row) still add PCA's map. The index's pick reads the limit (64 B: MRL pq8, not PCA sq8); a limit of 0.1 ms
+    leaves no code: refused naming the key and the fastest; rows timed without latency are refused; an arrival
+    budget study refuses the key; the schema refuses a limit of 0."""
+    from jsonschema import Draft202012Validator
+
+    from dive_core import records
+    from dive_core.efficiency import LATENCY_QUERIES
+
+    row = lambda m, enc, b, v, sup, ms: {"method": m, "dim": 64, "active": None, "encoding": enc,  # noqa: E731
+                                         "bytes_per_vector": b, "ndcg@10": v, "per_query": {"ndcg@10": [v] * 3},
+                                         "supervised": sup, "latency_ms": ms}
+    rows = [row("mrl", "pq8", 8, 0.5, True, 0.2), row("pca", "sq8", 64, 0.6, False, 3.0),
+            row("frozen", "float32", 1536, 0.7, False, 5.0)]
+    assert resolved().frontier_latency_queries() == 0
+    cfg = copy.deepcopy(CONFIG)
+    cfg["experiments"]["budget"]["max_latency_ms"] = 1
+    p = resolved(cfg)
+    assert p.frontier_latency_queries() == LATENCY_QUERIES == 200
+    assert plan.budget_candidates(expanded(cfg), "budget", rows) == rows[:1]
+    assert plan.picked_maps(expanded(cfg), rows) == [("mrl", 64), ("pca", 64)]  # the verdict's, every row
+    path = tmp_path / "validation.json"
+    records.write("frontier", path, {"dataset": "scifact", "backbone": "minilm", "n_queries": 3, "query_ids": list("abc"),
+                                     "seen": [1, 0, 0], "rows": rows, "versions": {}, "runtime": {}})
+    wc = {"experiment": "budget", "dataset": "scifact", "backbone": "minilm", "budget": "64"}
+    assert p.budget_pick(wc, str(path))["encoding"] == "pq8"
+    assert resolved().budget_pick(wc, str(path))["encoding"] == "sq8"
+    cfg["experiments"]["budget"]["max_latency_ms"] = 0.1
+    with pytest.raises(dcfg.ConfigError, match=r"config: experiments.budget.max_latency_ms = 0.1: no code meets it "
+                                               r"on this machine; the fastest, mrl 64d pq8, takes 0.200 ms a query"):
+        resolved(cfg).budget_pick(wc, str(path))
+    untimed = [{k: v for k, v in r.items() if k != "latency_ms"} for r in rows]
+    with pytest.raises(dcfg.ConfigError, match=r"mrl 64d pq8 \(and 2 more codes\) was scored without a latency"):
+        plan.picked_maps(expanded(cfg), untimed)
+    arrival = copy.deepcopy(CONFIG)
+    arrival["experiments"]["budget_arrival"]["max_latency_ms"] = 1
+    with pytest.raises(dcfg.ConfigError, match=r"experiments.budget_arrival.max_latency_ms: a latency limit applies "
+                                               r"to a budget study over the frontier's codes"):
+        resolved(arrival)
+    schema = dcfg.load_yaml(REPO / "config" / "schema" / "config.schema.yaml")
+    zero = copy.deepcopy(CONFIG)
+    zero["experiments"]["budget"]["max_latency_ms"] = 0
+    assert [e.message for e in Draft202012Validator(schema).iter_errors(zero)] == ["0 is less than or equal to the minimum of 0"]
+    assert not list(Draft202012Validator(schema).iter_errors({**CONFIG, "experiments": {
+        **CONFIG["experiments"], "budget": {**CONFIG["experiments"]["budget"], "max_latency_ms": 2.5}}}))
+
+
 def test_an_arrival_budget_study_reads_the_arrival_codes_on_validation_and_test_and_refuses_bad_keys():
     """config.yaml's budget_arrival (arrival: arrival_codes, stratum all): its table reads the arrival
     study's codes on test and on validation (rule arrival_codes_validation: the select stage's

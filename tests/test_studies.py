@@ -677,6 +677,55 @@ def test_the_budget_study_picks_on_validation_and_scores_the_picks_on_test_over_
         budget.budget_study([rec], c)
 
 
+def test_a_budget_studys_latency_limit_leaves_the_slower_codes_out_of_the_picks():
+    """The budget test's records, each validation code timed: MRL sq4 0.3 ms, sq8 0.5, float32 2.0, PCA sq8
+    0.4, DIVE pq16 0.2, MRL's re-scored 1-bit code 0.1, frozen float32 3.0. Limit 1 ms: MRL float32 and
+    frozen float32 are out, so at 256 B the pick is MRL's level code of most bytes left, sq8 (64 B), whose
+    test mean over its seeds is 0.75; the best on test among the codes within the limit is that sq8 (0.8 at
+    seed 2027, against float32's 0.85 outside it): regret 0. Frozen float32 stays the reference (0.75). The
+    table says the limit, the 2 of 7 codes over it, the fastest of them, each pick's latency. A limit no code
+    meets (0.05 ms) is refused naming the key and the fastest code; so are codes timed without latency."""
+    from test_selection import VAL, code
+
+    def test_rows(values, seed=2027):
+        return [code(x["method"], x["encoding"], x["bytes_per_vector"], values[i], x["supervised"], seed=seed)
+                for i, x in enumerate(VAL)]
+
+    rows = test_rows([(0.6,) * 4, (0.9, 0.7, 0.9, 0.7), (0.9, 0.8, 0.9, 0.8), (0.5,) * 4, (0.7,) * 4, (1.0,) * 4])
+    rows.append(code("frozen", "float32", 1536, (0.75,) * 4, False, dim=384))
+    repeat = test_rows([(0.4,) * 4, (0.7,) * 4, (0.75,) * 4, (0.5,) * 4, (0.5,) * 4, (1.0,) * 4], seed=2029)
+    timed = [{**x, "latency_ms": ms} for x, ms in zip(VAL, (0.3, 0.5, 2.0, 0.4, 0.2, 0.1))]
+    val = [*timed, {**code("frozen", "float32", 1536, (0.6,) * 4, False, dim=384), "latency_ms": 3.0}]
+    rec = {"dataset": "scifact", "backbone": "minilm", "n_queries": 4, "query_ids": list("abcd"), "seen": [1, 1, 0, 0],
+           "rows": rows}
+    c = ctx([], ["scifact"], budgets=[8, 16, 32, 64, 256], max_latency_ms=1.0)
+    c.repeats = [{"dataset": "scifact", "backbone": "minilm", "query_ids": list("abcd"), "rows": repeat}]
+    c.validation = [{"dataset": "scifact", "backbone": "minilm", "stage": "select", "role": "validation",
+                     "n_queries": 4, "rows": val, "runtime": {"cpu": "AMD EPYC"}}]
+    out = budget.budget_study([rec], c)
+    by = {r["budget"]: r for r in out.rows}
+    assert by[256]["pick"] == "mrl 64d sq8" and by[256]["pick_test"] == pytest.approx(0.75)
+    assert by[256]["best_on_test"] == "mrl 64d sq8" and by[256]["pick_regret"] == pytest.approx(0.0)
+    assert by[256]["frozen_test"] == pytest.approx(0.75) and by[256]["pick_latency_ms"] == 0.5
+    assert by[64]["pick"] == "mrl 64d sq8" and by[64]["label_free_latency_ms"] == 0.4
+    assert ("Latency limit: 1 ms a query (one query searched alone at k = 10 on one thread, the median over 4 "
+            "validation queries, on AMD EPYC). 2 of 7 codes are over it and are no candidates; the fastest of "
+            "them, mrl 64d float32, takes 2.000 ms.") in out.markdown
+    assert "| 256 | mrl 64d sq8 | 0.500 | pca 64d sq8 | 0.400 |" in out.markdown
+    unlimited = budget.budget_study([rec], ctx([], ["scifact"], budgets=[256], validation=c.validation,
+                                               repeats=c.repeats))
+    assert unlimited.rows[0]["pick"] == "mrl 64d float32" and "Latency limit" not in unlimited.markdown
+    assert "pick_latency_ms" not in unlimited.rows[0]
+    c.max_latency_ms = 0.05
+    with pytest.raises(ValueError, match=r"config: experiments.t.max_latency_ms = 0.05: no code meets it on this "
+                                         r"machine; the fastest, mrl 64d binary_rescore, takes 0.100 ms a query"):
+        budget.budget_study([rec], c)
+    c.max_latency_ms, c.validation[0]["rows"] = 1.0, [*VAL, val[-1]]
+    with pytest.raises(ValueError, match=r"max_latency_ms = 1: mrl 64d sq4 \(and 5 more codes\) was scored "
+                                         "without a latency measurement"):
+        budget.budget_study([rec], c)
+
+
 def test_an_arrival_budget_study_picks_on_the_configured_stratum_of_the_validation_queries(monkeypatch):
     """arrival_codes records (experiments.budget_arrival): four validation queries (known: v1, v2; new:
     v3, v4) and four test queries (known: a, b; new: c, d; no mixed). At 8 B: dive-arrival pq8 (supervised)

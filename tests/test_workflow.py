@@ -245,6 +245,45 @@ def test_the_arrival_budget_study_picks_on_validation_codes_fitted_on_the_known_
     assert "those of stratum `all` (every validation query)" in md and "| budget B | known n |" in md
 
 
+def test_a_budget_studys_latency_limit_times_the_codes_and_its_table_says_so(workdir, tmp_path):
+    """In a copy of the smoke run, experiments.budget.max_latency_ms: 1000 (every code of a 500-document
+    corpus is far under it): rule frontier_validation runs again and times every code (latency_ms > 0),
+    its scores unchanged; the picks are the rule's on the timed rows, and the budget table states the
+    limit, that no code is over it, and each pick's latency. A limit of 1e-06 ms, which no code meets,
+    stops the run with a message naming the key and the fastest code."""
+    import shutil
+
+    from dive_core import records
+    from dive_core.selection import code_label, pick_code
+
+    wd = tmp_path / "wf"
+    shutil.copytree(workdir, wd, symlinks=True)
+    rel = "results/frontier/generated-tiny/minilm/validation.json"
+    before = records.read("frontier", workdir / rel)
+    assert not any("latency_ms" in r for r in before["rows"])
+    extra = tmp_path / "latency.yaml"
+    extra.write_text("experiments:\n  budget:\n    max_latency_ms: 1000\n", encoding="utf-8")
+    snakemake(wd, "results/tables/budget.md", "--configfile", *CONFIGS, str(extra))
+    val = records.read("frontier", wd / rel)
+    assert all(r["latency_ms"] > 0 for r in val["rows"])
+    plain = lambda rows: [{k: v for k, v in r.items() if k not in ("latency_ms", "fit_seconds")} for r in rows]  # noqa: E731
+    assert plain(val["rows"]) == plain(before["rows"])
+    md = (wd / "results/tables/budget.md").read_text(encoding="utf-8")
+    assert f"Latency limit: 1000 ms a query (one query searched alone at k = 10 on one thread, the median over " \
+           f"{val['n_queries']} validation queries" in md
+    assert f"0 of {len(val['rows'])} codes are over it and are no candidates." in md
+    for b in (8, 16, 32, 64, 256):
+        x = pick_code(val["rows"], b)
+        if x is not None:
+            assert f"| {b} | {code_label(x)} | {x['latency_ms']:.3f} |" in md, b
+    low = tmp_path / "low.yaml"
+    low.write_text("experiments:\n  budget:\n    max_latency_ms: 1.0e-6\n", encoding="utf-8")
+    proc = snakemake(wd, "results/tables/budget.md", "--configfile", *CONFIGS, str(low), check=False)
+    assert proc.returncode != 0
+    assert "experiments.budget.max_latency_ms = 1e-06: no code meets it on this machine; the fastest, " \
+        in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
 def test_the_budget_index_is_what_dive_compress_writes_for_the_pick(workdir, tmp_path):
     """`all` writes config.yaml's budget index (experiments.budget.index: [32]): the pick at 32 bytes on
     validation queries, its FAISS index over the whole corpus and its card. The card's dive-compress

@@ -19,7 +19,8 @@ for (method, k, m, docs, queries), path in zip(runs, inp.checkpoints):
     names = quantizers.grid(k, qs) if quantize else []
     for r in efficiency.frontier_rows(method, k, docs, queries, emb.doc_ids, manifest, stage, int(p.top_k),
                                       active=m.active, quantizers=names, quantizer_seed=int(qs["seed"]),
-                                      opq_niter=int(qs["opq_niter"])):
+                                      opq_niter=int(qs["opq_niter"]),
+                                      latency_queries=int(getattr(p, "latency_queries", 0))):
         rows.append({**r, "method_type": m.type, "supervised": bool(m.supervised), "seed": m.seed,
                      "checkpoint_sha256": sha256_file(path)})
         log.info("%s %dd %s: %d B/vector, nDCG@10 %.4f, R@10 %.4f%s", method, k, r["encoding"],

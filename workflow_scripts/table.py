@@ -22,6 +22,7 @@ if kind == "result":  # each run's per-query and train-log file, declared in the
 ctx = StudyContext(name=snakemake.wildcards.experiment, title=p.title, methods=list(p.methods),
                    datasets=list(p.datasets), backbones=list(p.backbones), groups=dict(p.groups), note=p.note,
                    highlight=p.highlight, versus=list(p.versus), budgets=list(p.budgets), stratum=p.stratum,
+                   max_latency_ms=p.max_latency_ms,
                    per_query=per_query,
                    train_logs=train_logs,
                    selection=records.read("selection", inp.selection) if "selection" in inp.keys() else None,

@@ -44,13 +44,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..efficiency import LATENCY_QUERIES, single_query_ms
 from ..selection import BUDGETS, TIE_SE, candidates, code_key, code_label, pick_code
+from ..selection import within_latency as selection_within_latency
 from .errors import CompressError
 
 METRIC = "recall@10"
 K = 10
 SAMPLE = 1000  # held-out queries, both halves
-LATENCY_QUERIES = 200  # validation queries timed one at a time per code
 FLOAT_CODES = {"float32": "Flat", "float16": "SQfp16", "sq8": "SQ8"}
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 
@@ -146,38 +147,15 @@ def build_index(code: Mapping, corpus: np.ndarray, settings: Mapping):
     return index, seconds, book
 
 
-def latency_ms(index, queries: np.ndarray, n: int = LATENCY_QUERIES) -> float:
-    """The median milliseconds of one query's search at k = 10 on one thread (the first ``n`` of
-    ``queries``, each searched alone after one warm-up search), on the machine that runs this."""
-    import faiss
-
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        index.search(queries[:1], K)
-        times = []
-        for i in range(min(n, len(queries))):
-            t0 = time.perf_counter()
-            index.search(queries[i:i + 1], K)
-            times.append(1000 * (time.perf_counter() - t0))
-    finally:
-        faiss.omp_set_num_threads(threads)
-    return float(np.median(times))
-
-
 def within_latency(rows_v: Sequence[Mapping], rows_t: Sequence[Mapping], limit: float | None):
-    """``(rows_v, rows_t, dropped)``: the codes whose measured latency (:func:`latency_ms`, on validation
-    queries) is at most ``limit`` ms (None: every code), and the dropped ones' labels and latencies.
-    A limit no code meets is refused, naming the fastest."""
-    if limit is None:
-        return list(rows_v), list(rows_t), []
-    keep = {code_key(r) for r in rows_v if r["latency_ms"] <= limit}
-    if not keep:
-        fastest = min(rows_v, key=lambda r: r["latency_ms"])
-        raise CompressError(f"--max-latency-ms {limit:g}: no code meets it on this machine; the fastest, "
-                            f"{code_label(fastest)}, takes {fastest['latency_ms']:.3f} ms a query")
-    dropped = [{"code": code_label(r), "latency_ms": r["latency_ms"]} for r in rows_v if code_key(r) not in keep]
-    return ([r for r in rows_v if code_key(r) in keep], [r for r in rows_t if code_key(r) in keep], dropped)
+    """``(rows_v, rows_t, dropped)``: the codes within ``limit`` ms a query on validation queries
+    (:func:`dive_core.selection.within_latency`), in validation and test alike, and the dropped ones."""
+    try:
+        kept, dropped = selection_within_latency(rows_v, limit, "--max-latency-ms")
+    except ValueError as e:
+        raise CompressError(str(e)) from None
+    keep = {code_key(r) for r in kept}
+    return kept, [r for r in rows_t if code_key(r) in keep], dropped
 
 
 def score_codes(corpus: np.ndarray, queries: np.ndarray, val: np.ndarray, test: np.ndarray, codes: Sequence[Mapping],
@@ -195,7 +173,7 @@ def score_codes(corpus: np.ndarray, queries: np.ndarray, val: np.ndarray, test: 
         per = recall_at(found, truth)
         base = {**code, "active": None, "supervised": False, "method_type": code["method"], "seed": int(settings["seed"]),
                 "bytes_per_vector": int(index.sa_code_size()), "codebook_bytes": book, "fit_seconds": seconds,
-                "latency_ms": latency_ms(index, queries[val])}
+                "latency_ms": single_query_ms(index, queries[val], k=K)}
         for rows, part in ((rows_v, val), (rows_t, test)):
             pq = [per[i] for i in part]
             rows.append({**base, METRIC: sum(pq) / len(pq), "per_query": {METRIC: pq}})

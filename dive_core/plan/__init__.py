@@ -36,10 +36,10 @@ Every public name is re-exported here: callers use ``from dive_core import plan;
 
 from .checks import VECTOR_KEYS, VECTORS, check, check_method, check_vectors_backbone
 from .disk import check_default_backbone, foreign_backbone_outputs
-from .experiments import (arrival_code_runs, budget_experiments, budget_seeds, dataset_groups, defined_backbone,
-                          efficiency_runs, enabled_experiments, experiment, experiment_backbones, experiment_runs,
-                          experiment_title, frontier_quantized, frontier_runs, frontier_seed_runs, frontier_seeds,
-                          headline_run, method_seeds, picked_maps)
+from .experiments import (arrival_code_runs, budget_candidates, budget_experiments, budget_seeds, dataset_groups,
+                          defined_backbone, efficiency_runs, enabled_experiments, experiment, experiment_backbones,
+                          experiment_runs, experiment_title, frontier_latency_queries, frontier_quantized,
+                          frontier_runs, frontier_seed_runs, frontier_seeds, headline_run, method_seeds, picked_maps)
 from .frozen import freeze, thaw
 from .grammar import (ARRIVAL, DIMS, DOC_DISJOINT, EXPERIMENT_TRIPLETS, NEGATIVES, NEGATIVES_WILDCARD,
                       OWN_JSON_STUDIES, SELECTION_STUDIES, STAGES, TRIPLET_VARIANTS, WILDCARDS, negatives_tag,

@@ -231,6 +231,9 @@ def check_arrival_budget(config: Mapping, ename: str, exp: Mapping) -> None:
     if exp["stratum"] not in PICK_STRATA:
         raise ConfigError(f"config: {key}.stratum = {exp['stratum']!r}: one of {list(PICK_STRATA)} (the "
                           "validation queries the pick weighs)")
+    if exp.get("max_latency_ms") is not None:
+        raise ConfigError(f"config: {key}.max_latency_ms: a latency limit applies to a budget study over the "
+                          "frontier's codes (rule frontier_validation times them), not to an arrival study's")
     if exp.get("index"):
         raise ConfigError(f"config: {key}.index: an arrival budget study writes no index (its codebooks see only "
                           "the known documents); write one from a frontier budget study's index, or with "

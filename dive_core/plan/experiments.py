@@ -4,7 +4,7 @@ of the study tables."""
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from ..config import ConfigError
 from .grammar import OWN_JSON_STUDIES
@@ -35,6 +35,7 @@ def experiment(config: Mapping, name: str) -> dict:
         exp.setdefault("budgets", list(BUDGETS))
         exp.setdefault("arrival", None)  # an arrival study's name: pick among its codes (arrival_codes)
         exp.setdefault("stratum", "all")  # the validation queries an arrival budget study picks on
+        exp.setdefault("max_latency_ms", None)  # ms a query at k = 10 on one thread: slower codes are no candidates
         src = exp["arrival"]
         if src and not own_seeds and src in exps and src != name:  # the arrival study's codes have one seed
             exp["seeds"] = experiment(config, src)["seeds"][:1]
@@ -156,16 +157,42 @@ def frontier_seed_runs(config: Mapping, backbone: str, seed: int,
             if seed in again.get(m, ()) or ((m, k) in chosen and fitted(config, m))]
 
 
+def budget_candidates(config: Mapping, name: str, validation_rows: Sequence[Mapping]) -> list[Mapping]:
+    """The rows of a ``frontier_validation`` record that budget study ``name`` picks among: those
+    within its ``max_latency_ms`` (:func:`dive_core.selection.within_latency`; no limit: every row). A
+    limit no code meets, or rows scored without latency, are refused naming the key."""
+    from ..selection import within_latency
+
+    limit = experiment(config, name).get("max_latency_ms")
+    try:
+        return within_latency(validation_rows, limit, f"config: experiments.{name}.max_latency_ms =")[0]
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def frontier_latency_queries(config: Mapping) -> int:
+    """How many validation queries rule frontier_validation times one at a time per code
+    (:data:`dive_core.efficiency.LATENCY_QUERIES`) when a budget study sets ``max_latency_ms``; 0 (no
+    timing, rows without ``latency_ms``) when none does."""
+    if not any(experiment(config, n).get("max_latency_ms") is not None for n in budget_experiments(config)):
+        return 0
+    from ..efficiency import LATENCY_QUERIES
+
+    return LATENCY_QUERIES
+
+
 def picked_maps(config: Mapping, validation_rows: Iterable[Mapping]) -> list[tuple[str, int]]:
     """``[(method, k)]``: the maps whose codes :func:`dive_core.selection.pick_code` picks from one
-    ``frontier_validation`` record's rows, at every budget of the budget studies and of the frontier's
-    verdict, for any family, the label-free and the supervised one (sorted)."""
+    ``frontier_validation`` record's rows, at every budget of the frontier's verdict (every row) and
+    of each budget study (its :func:`budget_candidates`), for any family, the label-free and the
+    supervised one (sorted)."""
     from ..selection import BUDGETS, FAMILIES, pick_code
 
     rows = list(validation_rows)
-    budgets = set(BUDGETS) | {b for n in budget_experiments(config) for b in experiment(config, n)["budgets"]}
-    picks = {(x["method"], int(x["dim"])) for b in budgets for fam in (None, *FAMILIES)
-             for x in [pick_code(rows, b, fam)] if x is not None}
+    pools = [(rows, BUDGETS)] + [(budget_candidates(config, n, rows), experiment(config, n)["budgets"])
+                                 for n in budget_experiments(config)]
+    picks = {(x["method"], int(x["dim"])) for pool, budgets in pools for b in budgets for fam in (None, *FAMILIES)
+             for x in [pick_code(pool, b, fam)] if x is not None}
     return sorted(picks)
 
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 from .disk import check_default_backbone
 from .experiments import (arrival_code_runs, dataset_groups, defined_backbone, efficiency_runs, enabled_experiments, experiment,
                           experiment_runs, experiment_title, frontier_quantized, frontier_runs, frontier_seed_runs,
-                          frontier_seeds, headline_run, budget_seeds, picked_maps)
+                          frontier_seeds, headline_run, budget_candidates, budget_seeds, frontier_latency_queries,
+                          picked_maps)
 from .frozen import freeze, thaw
 from .grammar import ARRIVAL, OWN_JSON_STUDIES, parse_negatives
 from .methods import (arrival_settings, method_entry, method_hparams, method_negatives, method_type,
@@ -192,6 +193,9 @@ class Plan:
 
     def budget_seeds(self) -> list[int]:
         return budget_seeds(self.config)
+
+    def frontier_latency_queries(self) -> int:
+        return frontier_latency_queries(self.config)
 
     def picked_maps(self, validation_path: str) -> list[tuple[str, int]]:
         """The maps picked on the validation queries of a ``frontier_validation`` record
@@ -406,10 +410,13 @@ class Plan:
                               "no index")
         if budget not in exp["budgets"]:
             raise ConfigError(f"config: experiments.{w['experiment']}.budgets = {exp['budgets']}: no budget {budget}")
-        row = pick_code(records.read("frontier", validation_path)["rows"], budget)
+        rows = budget_candidates(self.config, w["experiment"], records.read("frontier", validation_path)["rows"])
+        row = pick_code(rows, budget)
         if row is None:
+            limit = exp["max_latency_ms"]
             raise ConfigError(f"config: experiments.{w['experiment']}.budgets: no code of {validation_path} fits "
-                              f"in {budget} bytes a vector")
+                              f"in {budget} bytes a vector" + (f" within experiments.{w['experiment']}.max_latency_ms "
+                                                                f"{limit:g}" if limit is not None else ""))
         return row
 
     def budget_index_inputs(self, w: Any, pick: Mapping) -> dict:

@@ -19,7 +19,8 @@ import statistics
 from typing import Mapping, Sequence
 
 from .. import report
-from ..selection import TIE_SE, candidates, code_key, code_label, pick_code
+from ..efficiency import LATENCY_QUERIES
+from ..selection import TIE_SE, candidates, code_key, code_label, pick_code, within_latency
 from ..splits import STRATA
 from .frontier import SUBSETS, _over_seeds, seed_scores, tested_row, validation_rows
 from .shared import StudyContext, StudyOutput, pyplot, save, suptitle
@@ -80,12 +81,13 @@ def _mean(a: Sequence[float], positions: Sequence[int]) -> float:
 def budget_entries(record: Mapping, validation: Sequence[Mapping], repeats: Sequence[Sequence[Mapping]],
                    budgets: Sequence[int], weigh: Sequence[int] | None = None, stratum: str = "all") -> list[dict]:
     """One entry per budget of ``budgets`` at which some code fits: the pick and the label-free pick
-    (on ``validation``; ``weigh``: the positions of the validation queries the pick reads, None: all),
-    their test scores over their seeds on the test queries of subset ``stratum`` (:func:`query_groups`),
-    the paired tests on every subset against the label-free pick and against frozen float32, the
-    runners-up on validation and, as diagnostics, the best candidates on ``stratum``'s test queries and
-    each pick's regret."""
+    (on ``validation``, the candidate codes; ``weigh``: the positions of the validation queries the pick
+    reads, None: all), their test scores over their seeds on the test queries of subset ``stratum``
+    (:func:`query_groups`), the paired tests on every subset against the label-free pick and against
+    frozen float32, the runners-up on validation and, as diagnostics, the best candidates (codes of
+    ``validation``) on ``stratum``'s test queries and each pick's regret."""
     rows, groups = record["rows"], query_groups(record)
+    allowed = {code_key(x) for x in validation}
     if stratum not in groups:
         raise ValueError(f"{record['dataset']} ({record['backbone']}): no `{stratum}` subset of test queries "
                          f"(have {list(groups)})")
@@ -109,7 +111,9 @@ def budget_entries(record: Mapping, validation: Sequence[Mapping], repeats: Sequ
         lf_v = pick_code(validation, b, "label-free")
         pick = tested_row(pick_v, rows)
         lf = tested_row(lf_v, rows) if lf_v is not None else None
-        entry = {"budget": b, "stratum": stratum, "pick": pick, "pick_validation": pick_v[METRIC]}
+        entry = {"budget": b, "stratum": stratum, "pick": pick, "pick_validation": pick_v[METRIC],
+                 "pick_latency_ms": pick_v.get("latency_ms"),
+                 "label_free_latency_ms": lf_v.get("latency_ms") if lf_v is not None else None}
         for name, row in (("pick", pick), ("label_free", lf)):
             if row is None:
                 entry[name] = None
@@ -133,7 +137,7 @@ def budget_entries(record: Mapping, validation: Sequence[Mapping], repeats: Sequ
         ranked = sorted(candidates(validation, b), key=lambda x: (-x[METRIC], x["bytes_per_vector"]))
         entry["runners_up"] = [x for x in ranked if code_key(x) != code_key(pick_v)][:RUNNERS_UP]
         entry["candidates"] = len(ranked)
-        tested = on_queries(rows, on)
+        tested = on_queries([x for x in rows if code_key(x) in allowed], on)
         for name, row, fam in (("pick", pick, None), ("label_free", lf, "label-free")):
             if row is None:
                 continue
@@ -208,6 +212,25 @@ def budget_markdown(entries: Sequence[Mapping], record: Mapping, n_validation: i
     return lines + [""]
 
 
+def latency_markdown(entries: Sequence[Mapping], dropped: Sequence[Mapping], validation: Mapping,
+                     limit: float) -> list[str]:
+    """The latency limit's paragraph: how the codes were timed and on what machine, how many it left
+    out, and each pick's own latency (read from the validation record, where the codes were timed)."""
+    timed = sum(1 for x in validation["rows"] if x.get("latency_ms") is not None)
+    slow = sorted(dropped, key=lambda d: d["latency_ms"])
+    lines = [f"Latency limit: {limit:g} ms a query (one query searched alone at k = 10 on one thread, the median "
+             f"over {min(LATENCY_QUERIES, validation['n_queries'])} validation queries, on "
+             f"{validation['runtime']['cpu']}). {len(dropped)} of {timed} codes are over it and are no "
+             "candidates" + (f"; the fastest of them, {slow[0]['code']}, takes {slow[0]['latency_ms']:.3f} ms"
+                             if slow else "") + ".", "",
+             "| budget B | pick | ms a query | label-free pick | ms a query |", "|---|---|---|---|---|"]
+    for e in entries:
+        lf = e["label_free"]
+        lines.append(f"| {e['budget']} | {code_label(e['pick'])} | {e['pick_latency_ms']:.3f} | "
+                     + (f"{code_label(lf)} | {e['label_free_latency_ms']:.3f} |" if lf is not None else "- | - |"))
+    return lines + [""]
+
+
 def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     """Frontier records (test), with the study's ``validation`` and ``repeats`` records: per budget the
     code to store, picked on validation queries, and its test scores and tests."""
@@ -244,6 +267,7 @@ def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     rows, all_entries = [], []
     for r in results:
         val = validation_rows(ctx, r, "arrival_codes_validation" if arrival else "frontier_validation")
+        val, dropped = within_latency(val, ctx.max_latency_ms, f"config: experiments.{ctx.name}.max_latency_ms =")
         reps = [x["rows"] for x in ctx.repeats if (x["dataset"], x["backbone"]) == (r["dataset"], r["backbone"])]
         for x in ctx.repeats:
             if (x["dataset"], x["backbone"]) == (r["dataset"], r["backbone"]) and x["query_ids"] != r["query_ids"]:
@@ -255,6 +279,8 @@ def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
         entries = budget_entries(r, val, reps, budgets, weigh, ctx.stratum if arrival else "all")
         all_entries.append((r, entries))
         lines += budget_markdown(entries, r, n_val)
+        if ctx.max_latency_ms is not None:
+            lines += latency_markdown(entries, dropped, v_rec, ctx.max_latency_ms)
         for e in entries:
             row = {"dataset": r["dataset"], "backbone": r["backbone"], "budget": e["budget"], "stratum": e["stratum"],
                    "pick": code_label(e["pick"]), "pick_bytes": e["pick"]["bytes_per_vector"],
@@ -265,6 +291,8 @@ def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
                    "frozen_test": e["frozen_test"], "pick_regret": e["pick_regret"],
                    "best_on_test": code_label(e["pick_best_on_test"]),
                    "label_free_regret": e.get("label_free_regret"), "candidates": e["candidates"]}
+            if ctx.max_latency_ms is not None:
+                row["pick_latency_ms"], row["label_free_latency_ms"] = e["pick_latency_ms"], e["label_free_latency_ms"]
             for sub in e["tests"]:
                 for name in ("vs_label_free", "vs_frozen"):
                     t = e["tests"][sub][name] or {}

@@ -47,6 +47,7 @@ class StudyContext:
     validation: list[dict] = field(default_factory=list)
     budgets: list[int] = field(default_factory=list)  # budget: bytes per vector at which a code is picked
     stratum: str = "all"  # an arrival budget study: the validation queries its picks weigh
+    max_latency_ms: float | None = None  # budget: codes slower than this (one query, k = 10, one thread) left out
 
 
 @dataclass
