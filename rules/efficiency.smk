@@ -162,6 +162,7 @@ rule budget_index:
     params:
         pick=budget_pick,
         top_k=PLAN.setting("evaluation", "top_k"),
+        max_latency_ms=lambda wc: PLAN.experiment(wc.experiment)["max_latency_ms"],
     script:
         "../workflow_scripts/budget_index.py"
 

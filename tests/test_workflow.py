@@ -249,7 +249,8 @@ def test_a_budget_studys_latency_limit_times_the_codes_and_its_table_says_so(wor
     """In a copy of the smoke run, experiments.budget.max_latency_ms: 1000 (every code of a 500-document
     corpus is far under it): rule frontier_validation runs again and times every code (latency_ms > 0),
     its scores unchanged; the picks are the rule's on the timed rows, and the budget table states the
-    limit, that no code is over it, and each pick's latency. A limit of 1e-06 ms, which no code meets,
+    limit, that no code is over it, and each pick's latency; the 32-byte index's card gives the limit and
+    the pick's latency. A limit of 1e-06 ms, which no code meets,
     stops the run with a message naming the key and the fastest code."""
     import shutil
 
@@ -263,7 +264,8 @@ def test_a_budget_studys_latency_limit_times_the_codes_and_its_table_says_so(wor
     assert not any("latency_ms" in r for r in before["rows"])
     extra = tmp_path / "latency.yaml"
     extra.write_text("experiments:\n  budget:\n    max_latency_ms: 1000\n", encoding="utf-8")
-    snakemake(wd, "results/tables/budget.md", "--configfile", *CONFIGS, str(extra))
+    card_path = wd / "results/budget/budget/generated-tiny/minilm/32B/card.json"
+    snakemake(wd, "results/tables/budget.md", str(card_path.relative_to(wd)), "--configfile", *CONFIGS, str(extra))
     val = records.read("frontier", wd / rel)
     assert all(r["latency_ms"] > 0 for r in val["rows"])
     plain = lambda rows: [{k: v for k, v in r.items() if k not in ("latency_ms", "fit_seconds")} for r in rows]  # noqa: E731
@@ -276,6 +278,8 @@ def test_a_budget_studys_latency_limit_times_the_codes_and_its_table_says_so(wor
         x = pick_code(val["rows"], b)
         if x is not None:
             assert f"| {b} | {code_label(x)} | {x['latency_ms']:.3f} |" in md, b
+    card = json.loads(card_path.read_text())
+    assert card["latency"] == {"max_ms": 1000, "pick_ms": pick_code(val["rows"], 32)["latency_ms"], "k": 10, "threads": 1}
     low = tmp_path / "low.yaml"
     low.write_text("experiments:\n  budget:\n    max_latency_ms: 1.0e-6\n", encoding="utf-8")
     proc = snakemake(wd, "results/tables/budget.md", "--configfile", *CONFIGS, str(low), check=False)

@@ -11,7 +11,7 @@ log = runlog.setup(snakemake.log[0], snakemake.threads)
 w, inp, out, p = snakemake.wildcards, snakemake.input, snakemake.output, snakemake.params
 made = code_index(inp.checkpoint, inp.embeddings, p.pick["encoding"], out.vectors, out.index,
                   threads=snakemake.threads)
-card = index_card(w.experiment, int(w.budget), dict(p.pick), made, inp, out, int(p.top_k))
+card = index_card(w.experiment, int(w.budget), dict(p.pick), made, inp, out, int(p.top_k), p.max_latency_ms)
 card.update(versions=provenance.versions(), runtime=provenance.runtime(snakemake.threads))
 write_json(out.card, card)
 log.info("%s at %s B: %s, test nDCG@10 %.4f through the index (the frontier's %.4f)", w.dataset, w.budget,

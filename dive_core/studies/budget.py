@@ -343,11 +343,13 @@ def budget_study(results: Sequence[Mapping], ctx: StudyContext) -> StudyOutput:
     return StudyOutput("\n".join(lines) + "\n", rows, figure)
 
 
-def index_card(experiment: str, budget: int, pick: Mapping, made: Mapping, inp, out, top_k: int) -> dict:
+def index_card(experiment: str, budget: int, pick: Mapping, made: Mapping, inp, out, top_k: int,
+               max_latency_ms: float | None = None) -> dict:
     """The card of a budget study's pick written out (rule budget_index): what was picked and on what,
     its scores on validation and on test at the frontier's seed, the written index's own search of the
     test queries (the compressed queries against ``out.index``, through the evaluation path), the
-    dive-compress command that writes the same files, and the candidates."""
+    dive-compress command that writes the same files, the latency limit and the pick's measured
+    latency (where the study sets one), and the candidates (those within the limit)."""
     import faiss
     import numpy as np
 
@@ -371,7 +373,8 @@ def index_card(experiment: str, budget: int, pick: Mapping, made: Mapping, inp, 
     tested = tested_row(pick, test["rows"])
     qids = eval_queries(manifest, "final")
     ours = [per_query[q]["ndcg@10"] for q in qids]
-    fits = candidates(val["rows"], budget)
+    key = f"config: experiments.{experiment}.max_latency_ms ="
+    fits = candidates(within_latency(val["rows"], max_latency_ms, key)[0], budget)
     return {"experiment": experiment, "dataset": val["dataset"], "backbone": val["backbone"], "budget": budget,
             "code": code_label(pick), "method": pick["method"], "dim": pick["dim"], "encoding": pick["encoding"],
             "bytes_per_vector": pick["bytes_per_vector"], "supervised": bool(pick.get("supervised")),
@@ -386,6 +389,7 @@ def index_card(experiment: str, budget: int, pick: Mapping, made: Mapping, inp, 
                                  "frontier's quantizer seed, so index_test, not frontier_test, is this file's score"
                                  if made["factory"] else "nothing to fit but SQ8's ranges, as the frontier's")},
             "dive_compress": made["command"], "checkpoint": str(inp.checkpoint),
+            "latency": {"max_ms": max_latency_ms, "pick_ms": pick.get("latency_ms"), "k": 10, "threads": 1},
             "candidates": len(fits),
             "runners_up": [{"code": code_label(x), "ndcg@10": x[METRIC]} for x in
                            sorted(fits, key=lambda x: (-x[METRIC], x["bytes_per_vector"])) if code_key(x) != code_key(pick)][:RUNNERS_UP]}
