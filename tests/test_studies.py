@@ -618,6 +618,20 @@ def test_lr_audit_table_says_how_firmly_each_pick_stands():
     assert "- smec: lr=0.0002, +0.0200 over lr=0.0001." in out.markdown
 
 
+def budget_test_rows():
+    """The budget tests' test records over tests/test_selection.py's VAL codes, four queries: seed 2027's
+    rows (with frozen float32 at 0.75) and the repeat at 2029 (their values in the tests' docstrings)."""
+    from test_selection import VAL, code
+
+    def test_rows(values, seed=2027):
+        return [code(x["method"], x["encoding"], x["bytes_per_vector"], values[i], x["supervised"], seed=seed)
+                for i, x in enumerate(VAL)]
+
+    rows = test_rows([(0.6,) * 4, (0.9, 0.7, 0.9, 0.7), (0.9, 0.8, 0.9, 0.8), (0.5,) * 4, (0.7,) * 4, (1.0,) * 4])
+    rows.append(code("frozen", "float32", 1536, (0.75,) * 4, False, dim=384))
+    return rows, test_rows([(0.4,) * 4, (0.7,) * 4, (0.75,) * 4, (0.5,) * 4, (0.5,) * 4, (1.0,) * 4], seed=2029)
+
+
 def test_the_budget_study_picks_on_validation_and_scores_the_picks_on_test_over_their_seeds(monkeypatch):
     """Validation rows: tests/test_selection.py's VAL (picks: 16 B DIVE pq16, 32 B MRL sq4, 64 B MRL sq8,
     256 B MRL float32; the label-free pick from 64 B PCA sq8). Test, four queries (seen: the first two),
@@ -629,13 +643,7 @@ def test_the_budget_study_picks_on_validation_and_scores_the_picks_on_test_over_
     code fits: no entry."""
     from test_selection import VAL, code
 
-    def test_rows(values, seed=2027):
-        return [code(x["method"], x["encoding"], x["bytes_per_vector"], values[i], x["supervised"], seed=seed)
-                for i, x in enumerate(VAL)]
-
-    rows = test_rows([(0.6,) * 4, (0.9, 0.7, 0.9, 0.7), (0.9, 0.8, 0.9, 0.8), (0.5,) * 4, (0.7,) * 4, (1.0,) * 4])
-    rows.append(code("frozen", "float32", 1536, (0.75,) * 4, False, dim=384))
-    repeat = test_rows([(0.4,) * 4, (0.7,) * 4, (0.75,) * 4, (0.5,) * 4, (0.5,) * 4, (1.0,) * 4], seed=2029)
+    rows, repeat = budget_test_rows()
     seen = [1, 1, 0, 0]
     val = [*VAL, code("frozen", "float32", 1536, (0.6,) * 4, False, dim=384)]
     entries = {e["budget"]: e for e in budget.budget_entries({"rows": rows, "seen": seen}, val, [repeat],
@@ -687,13 +695,7 @@ def test_a_budget_studys_latency_limit_leaves_the_slower_codes_out_of_the_picks(
     meets (0.05 ms) is refused naming the key and the fastest code; so are codes timed without latency."""
     from test_selection import VAL, code
 
-    def test_rows(values, seed=2027):
-        return [code(x["method"], x["encoding"], x["bytes_per_vector"], values[i], x["supervised"], seed=seed)
-                for i, x in enumerate(VAL)]
-
-    rows = test_rows([(0.6,) * 4, (0.9, 0.7, 0.9, 0.7), (0.9, 0.8, 0.9, 0.8), (0.5,) * 4, (0.7,) * 4, (1.0,) * 4])
-    rows.append(code("frozen", "float32", 1536, (0.75,) * 4, False, dim=384))
-    repeat = test_rows([(0.4,) * 4, (0.7,) * 4, (0.75,) * 4, (0.5,) * 4, (0.5,) * 4, (1.0,) * 4], seed=2029)
+    rows, repeat = budget_test_rows()
     timed = [{**x, "latency_ms": ms} for x, ms in zip(VAL, (0.3, 0.5, 2.0, 0.4, 0.2, 0.1))]
     val = [*timed, {**code("frozen", "float32", 1536, (0.6,) * 4, False, dim=384), "latency_ms": 3.0}]
     rec = {"dataset": "scifact", "backbone": "minilm", "n_queries": 4, "query_ids": list("abcd"), "seen": [1, 1, 0, 0],
