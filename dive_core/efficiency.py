@@ -280,11 +280,12 @@ def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, do
 
     ``latency_queries``: when above 0, each row also holds ``latency_ms``, one query's search at k = 10
     on one thread on this machine (:func:`single_query_ms` over the first that many evaluated
-    queries), through the index its encoding is stored in (the quantizer's; FAISS's flat, fp16 or SQ8
-    index, or binary one, built here for the timing alone; a k-sparse code's exact search)."""
+    queries), through the index its encoding is stored in and the evaluation searched (the
+    quantizer's; for the other encodings :func:`dive_core.retrieval.search_index`'s: FAISS's exact
+    flat kernel, its fp16, SQ8 or binary index, or a k-sparse code's exact search)."""
     from . import quantizers as Q
     from .evaluation import evaluate_vectors
-    from .retrieval import ENCODINGS, RESCORE_OVERSAMPLE
+    from .retrieval import ENCODINGS, RESCORE_OVERSAMPLE, search_index
     from .splits import eval_queries
 
     if active is not None:
@@ -302,14 +303,13 @@ def frontier_rows(method: str, k: int, docs: np.ndarray, queries: np.ndarray, do
             nbytes = int(index.sa_code_size())
         else:
             nbytes = bytes_per_vector(enc, k, active)
+            if latency_queries:  # the index evaluated is the one timed: built once
+                index = search_index(docs, False, enc)
         per_query, summary = evaluate_vectors(docs, doc_ids, queries, manifest, stage, top_k, use_gpu=False,
                                               encoding=enc, index=index)
         timed = {}
         if latency_queries:
-            searched = index if index is not None else (SparseCorpus(docs) if active is not None
-                                                        else build_index(docs, False, enc))
-            timed = {"latency_ms": single_query_ms(searched, queries, latency_queries, 10, enc, docs)}
-            del searched
+            timed = {"latency_ms": single_query_ms(index, queries, latency_queries, 10, enc, docs)}
         del index
         rows.append({"method": method, "dim": int(k), "active": active, "encoding": enc, **timed,
                      "bytes_per_vector": nbytes,

@@ -145,8 +145,9 @@ def test_frontier_rows_of_a_quantizer_equal_the_search_of_its_index():
 def test_frontier_rows_timed_for_a_latency_limit_keep_their_scores_and_time_each_codes_own_index(monkeypatch):
     """latency_queries=5: every encoding's row (float32, fp16, SQ8, 1-bit, re-scored 1-bit, PQ4) holds a
     positive latency_ms and otherwise the same fields as the untimed rows; the timing searches the code's
-    own index (FAISS's flat, SQ and binary indexes; the quantizer's), one query at a time on one thread,
-    5 timed searches after a warm-up, FAISS's thread count restored. Untimed rows have no latency_ms."""
+    own index, the one its evaluation searched (FAISS's exact flat kernel, SQ and binary indexes; the quantizer's), one query at a time on one thread,
+    5 timed searches after a warm-up, FAISS's thread count restored; each index is built once. Untimed rows have
+    no latency_ms."""
     import faiss
     from synthetic import make_problem
 
@@ -163,15 +164,24 @@ def test_frontier_rows_timed_for_a_latency_limit_keep_their_scores_and_time_each
         seen.append((type(index).__name__, encoding, queries.shape[0], k, faiss.omp_get_max_threads()))
         return real(index, encoding, queries, k, docs, **kw)
 
+    built, build = [], retrieval.build_index
+
+    def counted(docs, use_gpu="auto", encoding="float32"):
+        built.append(encoding)
+        return build(docs, use_gpu, encoding)
+
     monkeypatch.setattr(retrieval, "index_search", spy)
+    monkeypatch.setattr(retrieval, "build_index", counted)
+    monkeypatch.setattr(efficiency, "build_index", counted)
     timed = efficiency.frontier_rows(*args, quantizers=["pq4"], quantizer_seed=3, latency_queries=5)
+    assert built == ["float16", "sq8", "binary", "binary_rescore"]  # each index built once, evaluated and timed
     assert [r["encoding"] for r in timed] == ["float32", "float16", "sq8", "binary", "binary_rescore", "pq4"]
     assert all(r["latency_ms"] > 0 for r in timed) and not any("latency_ms" in r for r in plain)
     assert [{k: v for k, v in r.items() if k not in ("latency_ms", "fit_seconds")} for r in timed] == \
         [{k: v for k, v in r.items() if k != "fit_seconds"} for r in plain]
     timing = [x for x in seen if x[2] == 1]
     assert len(timing) == 6 * 6 and {x[3] for x in timing} == {10} and {x[4] for x in timing} == {1}
-    assert [x[:2] for x in timing[::6]] == [("IndexFlatIP", "float32"), ("IndexScalarQuantizer", "float16"),
+    assert [x[:2] for x in timing[::6]] == [("FlatCorpus", "float32"), ("IndexScalarQuantizer", "float16"),
                                             ("IndexScalarQuantizer", "sq8"), ("IndexBinaryFlat", "binary"),
                                             ("IndexBinaryFlat", "binary_rescore"), ("IndexPQ", "pq4")]
     assert faiss.omp_get_max_threads() == threads
