@@ -92,6 +92,16 @@ onstart:
     # a SLURM run names the jobs no node can ever run, instead of leaving them pending
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
         check_cluster_fit(workflow.dag.needrun_jobs())
+    # a local run starts its torch jobs from one warm process (dive_core.job_server)
+    start_job_server(log)
+
+
+onsuccess:
+    stop_job_server()
+
+
+onerror:
+    stop_job_server()
 
 
 rule all:

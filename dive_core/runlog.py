@@ -2,7 +2,8 @@
 prints) goes to the rule's log file, and the job's thread budget is applied.
 
 Each job's log also says what its start cost: the seconds from the interpreter's start to
-:func:`setup` (the script's imports) and which of :data:`HEAVY` were loaded then, and, when the
+:func:`setup` (the script's imports), whether it ran in the job server (:mod:`dive_core.job_server`,
+whose modules are imported already) and which of :data:`HEAVY` were loaded then, and, when the
 process exits, which of them its work loaded and its seconds in all (lines ``start:`` and ``end:``,
 read by :func:`imports_of_log`; tests/test_workflow.py checks them against what each kind of job
 needs)."""
@@ -27,8 +28,24 @@ def loaded_heavy() -> list[str]:
     return [m for m in HEAVY if m in sys.modules]
 
 
+#: in a child of the job server (dive_core.job_server): when the job's own process started (seconds
+#: since the epoch; None: unknown)
+_client_started: float | None = None
+_in_server = False
+
+
+def started_in_server(client_started: float | None) -> None:
+    """This process is the job server's child running a job whose own process started at
+    ``client_started`` (time.time(); None: unknown): :func:`process_seconds` counts from then."""
+    global _client_started, _in_server
+    _client_started, _in_server = client_started, True
+
+
 def process_seconds() -> float | None:
-    """Seconds since this process started (Linux's /proc; None elsewhere)."""
+    """Seconds since this process started (Linux's /proc; None elsewhere); in the job server's child,
+    since the job's own process started."""
+    if _in_server:
+        return None if _client_started is None else max(0.0, time.time() - _client_started)
     try:
         start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])
@@ -67,8 +84,8 @@ def setup(log_path: str | os.PathLike | None, threads: int | None = None) -> log
     )
     logging.captureWarnings(True)
     job = logging.getLogger("dive.job")
-    job.info("start: %s s after the interpreter started, imported [%s]", _seconds(process_seconds()),
-             ", ".join(loaded_heavy()))
+    job.info("start: %s s after the interpreter started%s, imported [%s]", _seconds(process_seconds()),
+             " (in the job server)" if _in_server else "", ", ".join(loaded_heavy()))
     atexit.register(_at_exit, job)
     if threads:
         set_threads(threads)

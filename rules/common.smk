@@ -126,6 +126,31 @@ def shown(path, caption, content):
     )
 
 
+# The local run's job server (dive_core.job_server): torch jobs start as forks of one process that has
+# imported torch, not as fresh interpreters. Local executor only, without conda, containers or modules
+# (their jobs run another interpreter).
+JOB_SERVER = {}
+
+
+def start_job_server(snakemake_log):
+    """Onstart: start the job server for a local run; its log beside Snakemake's own."""
+    from dive_core import job_server
+
+    if workflow.executor_plugin.name != "local" or workflow.deployment_settings.deployment_method:
+        return
+    logs = [snakemake_log] if isinstance(snakemake_log, str) else list(snakemake_log or [])
+    log = f"{os.path.splitext(logs[0])[0]}.job_server.log" if logs else None
+    JOB_SERVER["proc"] = job_server.start(log)
+
+
+def stop_job_server():
+    """Onsuccess and onerror: stop the job server, if one was started."""
+    from dive_core import job_server
+
+    if "proc" in JOB_SERVER:
+        job_server.stop(JOB_SERVER.pop("proc"))
+
+
 def check_cluster_fit(jobs):
     """Before a SLURM run: refuse jobs that no node of their partition can run (dive_core.resources)."""
     from snakemake.exceptions import WorkflowError

@@ -55,10 +55,10 @@ def audited_runs() -> int:
     return sum(len(rates) for rates in default_config()["selection"]["lr_audit"].values()) + 1
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
            "--directory", str(workdir), "--configfile", *CONFIGS, "--cores", "2", *args]
-    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ), capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(cmd, cwd=workdir, env=dict(os.environ, **env), capture_output=True, text=True, timeout=3600)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
@@ -182,6 +182,13 @@ def test_each_job_imports_only_what_its_work_needs(workdir):
             bad.append(f"{log.relative_to(workdir)}: {sorted(extra)}")
     assert {"train", "evaluate", "select", "table", "frontier", "embed", "export", "triplets"} <= set(kinds), kinds
     assert not bad, "\n".join(bad)
+    # the torch jobs started as forks of the run's job server (dive_core.job_server), the others by themselves
+    for rule in ("train", "evaluate", "frontier", "efficiency", "arrival_codes", "budget_index", "embed", "export"):
+        logs = sorted((workdir / "logs" / rule).rglob("*.log"))
+        outside = [str(p.relative_to(workdir)) for p in logs if "(in the job server)" not in last_start_line(p)]
+        assert logs and not outside, f"{rule}: not run in the job server: {outside}"
+    for rule in NO_TORCH & {"table", "select", "triplets"}:
+        assert not any("(in the job server)" in last_start_line(p) for p in (workdir / "logs" / rule).rglob("*.log"))
 
 
 def test_the_budget_study_picks_on_validation_and_reruns_only_the_picked_maps(workdir):
@@ -556,6 +563,11 @@ def test_rerun_does_nothing(workdir):
     assert planned_jobs(workdir, "all") == {}
 
 
+def last_start_line(log: Path) -> str:
+    """A job log's last ``dive.job: start:`` line (runlog.setup; a rerun appends to the log)."""
+    return [line for line in log.read_text(encoding="utf-8").splitlines() if " dive.job: start: " in line][-1]
+
+
 def test_deleting_an_artifact_reruns_only_its_dependents(workdir):
     run = workdir / "results/generated-tiny/minilm/dive/k64/final/seed2027"
     before = json.loads((run / "eval.json").read_text())
@@ -566,9 +578,13 @@ def test_deleting_an_artifact_reruns_only_its_dependents(workdir):
     # index's card, which reads the frontier record); nothing else reruns
     assert planned_jobs(workdir, "all") == {"train": 1, "evaluate": 1, "headline_result": 1, "efficiency": 1,
                                             "frontier": 1, "table": 8, "budget_index": 1, "all": 1}
-    snakemake(workdir, "all")
+    # the smoke run trained it in the job server; now in a fresh process of its own (the server off):
+    # the same weights and the same per-query numbers
+    train_log = workdir / "logs/train/generated-tiny/minilm/dive/k64/final/seed2027.log"
+    assert "(in the job server)" in last_start_line(train_log)
+    snakemake(workdir, "all", DIVE_JOB_SERVER="off")
+    assert "(in the job server)" not in last_start_line(train_log)
     assert planned_jobs(workdir, "all") == {}
-    # same inputs and seed in a new process: the same weights and the same per-query numbers
     after = json.loads((run / "eval.json").read_text())
     assert after["fingerprints"]["weights_sha256"] == before["fingerprints"]["weights_sha256"]
     assert (run / "per_query.tsv").read_bytes() == per_query

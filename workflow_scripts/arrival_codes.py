@@ -4,6 +4,9 @@ at ``arrival_bits``), every codebook fitted on the documents known at training t
 searched by the test queries (final-stage maps) or, params.stage select, by the validation queries
 (select-stage maps: what an arrival budget study picks on)."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
+from dive_core import job_server
+
+job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
 from dive_core import efficiency, provenance, quantizers, records, runlog
 from dive_core.data import sha256_file
 from dive_core.splits import STAGES, check_arrival, eval_queries, known_docs

@@ -2,6 +2,9 @@
 index of the picked code (as dive-compress writes them) and a card: the pick, its validation and test
 scores (the budget study's), the index's own search of the test queries, the command, the machine."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
+from dive_core import job_server
+
+job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
 from dive_core import provenance, runlog
 from dive_core.atomic import write_json
 from dive_core.compress.cli import code_index

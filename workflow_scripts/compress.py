@@ -2,6 +2,9 @@
 compressor applied to a `compress:` entry's vector file, in one job or in row-range parts gathered
 in order (dive_core.compress: the bytes `dive-compress` writes), and the output's FAISS index."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
+from dive_core import job_server
+
+job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
 from dive_core import compress, runlog
 
 log = runlog.setup(snakemake.log[0], snakemake.threads)

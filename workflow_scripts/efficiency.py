@@ -1,6 +1,9 @@
 """Rule efficiency: FAISS flat-index memory, latency and throughput at full, secondary and
 primary dimension, against the memory-bandwidth bound measured in the same job."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
+from dive_core import job_server
+
+job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
 from dive_core import efficiency, provenance, quantizers, records, runlog
 
 log = runlog.setup(snakemake.log[0], snakemake.threads)

@@ -3,6 +3,9 @@ embeddings, in one job, or in parts (embed_part) that rule embed then gathers; a
 family `vectors` ingests its vector files instead of encoding; an LLM2Vec backbone is embedded
 in its own environment (dive_core.embed_job, dive_core.environments)."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
+from dive_core import job_server
+
+job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
 
 from dive_core import embed_job
 

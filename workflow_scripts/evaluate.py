@@ -1,5 +1,8 @@
 """Rule evaluate: checkpoint + embeddings + split -> result record (eval.json) + per-query TSV."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
+from dive_core import job_server
+
+job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
 from dive_core import provenance, records, runlog
 from dive_core.data import sha256_file
 from dive_core.embeddings import read_embeddings

@@ -1,6 +1,9 @@
 """Rule export: checkpoint + result JSON -> sentence-transformers folder / compressor + model card.
 The backbone comes from the plan (params.backbone), the metrics of the model card from the result."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
+from dive_core import job_server
+
+job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
 from dive_core import records, runlog
 from dive_core.export import export
 

@@ -4,6 +4,9 @@ float16 / SQ8 / binary (with and without float32 rescoring) corpus codes, and th
 config ``quantizers:`` (PQ, OPQ + PQ, RaBitQ, SQ4) on every dense run; final-stage maps on the test
 queries, or (frontier_validation) select-stage maps on the validation queries."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
+from dive_core import job_server
+
+job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
 from dive_core import efficiency, provenance, quantizers, records, runlog
 from dive_core.data import sha256_file
 from dive_core.splits import STAGES, eval_queries

@@ -1,5 +1,8 @@
 """Rule train: frozen embeddings + split (+ triplets) -> checkpoint + per-epoch log TSV."""
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
+from dive_core import job_server
+
+job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
 import time
 
 from dive_core import provenance, records, runlog, splits

@@ -1,0 +1,497 @@
+"""The job server: a local run's jobs that need torch start as forks of one warm process instead
+of as fresh interpreters that each import torch again.
+
+Every Snakemake job is a fresh Python process, and a training or evaluation job of a small run spends
+most of its few seconds importing torch (docs/performance.md, "A job's start"). For a local run
+(Snakemake's local executor, no conda), the Snakefile's ``onstart`` starts one server
+(:func:`start`): a process of the workflow's own interpreter and checkout that imports
+:data:`PRELOAD` once and listens on a Unix socket named in the environment variable :data:`ENV`,
+which every job inherits. A torch job's script calls :func:`delegate` right after its
+``_dive_path`` import: the job's process (the *client*) hands the server its script, working
+directory, environment, ``sys.path`` and its standard input, output and error (the file descriptors
+themselves), and the server forks a *child* that runs the script as the client would have run it,
+with the client's environment and descriptors; the client waits and exits with the child's status.
+The job's log says where it ran (``runlog``'s ``start:`` line: ``in the job server``).
+
+What makes the child's bytes a fresh process's bytes:
+
+- the server imports code only (:data:`PRELOAD`: torch, h5py and our modules that import nothing
+  heavier); it computes nothing, so MKL's mode (set by ``import dive_core`` before torch loads, as
+  in every job), its vector math's first call (:func:`dive_core.numerics.warm_vector_math`),
+  PyTorch's and FAISS's thread pools and every random generator start in the child, as in a fresh
+  process; the job sets its threads and seeds there (``runlog.setup``, ``training.set_seed``);
+- the server refuses a client whose interpreter, checkout or math libraries' environment
+  (:func:`import_time_env`: the variables read when a library loads, such as ``MKL_CBWR`` or
+  ``OMP_NUM_THREADS``) differ from its own, and the client then runs the job itself;
+- a child whose client dies (Snakemake cancels the job, ``kill -9`` of the run) is killed, and a
+  child dies with the server (``PR_SET_PDEATHSIG``); the server exits when the Snakemake process
+  that started it does, or when ``onsuccess``/``onerror`` stop it (:func:`stop`).
+
+tests/test_job_server.py checks the protocol, the refusals and the kills; tests/test_workflow.py that
+the smoke run's torch jobs ran in the server and that a checkpoint retrained in a fresh process has
+the weights and per-query bytes the server's child wrote. ``DIVE_JOB_SERVER=off`` in the
+environment turns the server off (every job then starts as a fresh process); cluster jobs never use
+it (the server is only started for Snakemake's local executor).
+
+This module imports only the standard library: clients import it before anything heavy.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+#: the environment variable that carries the server's socket path to every job (``off``: no server)
+ENV = "DIVE_JOB_SERVER"
+#: what the server imports before it serves: what every job that delegates needs (its log's ``end:``
+#: line names torch and h5py either way, tests/test_workflow.py), and nothing that computes on import
+PRELOAD = ("torch", "h5py", "numpy", "dive_core.embeddings", "dive_core.methods", "dive_core.training",
+           "dive_core.records", "dive_core.provenance", "dive_core.runlog", "dive_core.splits",
+           "snakemake.logging", "snakemake.iocontainers", "snakemake.script")
+#: prefixes of the environment variables a math library or the interpreter reads when it loads (the
+#: server has loaded them with its own values, so a client with other values runs its job itself)
+IMPORT_TIME_ENV = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO", "BLIS_", "ONEDNN_", "DNNL_", "ATEN_",
+                   "TORCH_", "PYTORCH_", "CUDA_", "CUBLAS_", "NVIDIA_", "LD_", "PYTHON", "NUMEXPR_", "HDF5_")
+_MAX_REQUEST = 8 << 20
+_in_child = False  # True in a job the server forked: delegate() then runs the job here
+
+
+def import_time_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables of ``env`` that a library or the interpreter reads when it loads."""
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV)}
+
+
+def _checkout() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _interpreter() -> str:
+    return os.path.realpath(sys.executable)
+
+
+def _send_line(conn: socket.socket, obj: dict) -> None:
+    conn.sendall(json.dumps(obj).encode() + b"\n")
+
+
+def _read_line(conn: socket.socket, first: bytes = b"") -> dict | None:
+    buf = first
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+        if len(buf) > _MAX_REQUEST:
+            raise ValueError("request too long")
+    return json.loads(buf)
+
+
+# --- the client: a job's own process -------------------------------------------------------------
+
+
+def delegate() -> None:
+    """Run this job in the job server if one serves this run, and exit with its status; return (run
+    the job here) where none does, or where it refuses this job (another interpreter, checkout or
+    math environment). Called by a workflow script that needs torch, before its heavy imports."""
+    path = os.environ.get(ENV, "")
+    if _in_child or not path.startswith("/"):
+        return
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__real_file__", None)  # Snakemake's script file (its preamble sets __file__ to ours)
+    if not script:
+        return
+    started = time.monotonic()
+    for _ in range(2):  # the router, then the zygote of this job's environment it names
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            request = {"script": os.path.abspath(script), "argv": sys.argv, "cwd": os.getcwd(),
+                       "env": dict(os.environ), "path": sys.path, "interpreter": _interpreter(),
+                       "checkout": _checkout(), "started": _started()}
+            data = json.dumps(request).encode() + b"\n"
+            socket.send_fds(sock, [data[:1]], [0, 1, 2])  # the descriptors ride with the first byte
+            sock.sendall(data[1:])
+            reply = _read_line(sock)
+        except (OSError, ValueError):
+            sock.close()
+            return  # no server (it stopped, or never bound): the job runs here
+        if reply and reply.get("redirect"):
+            sock.close()
+            path = reply["redirect"]
+            continue
+        break
+    if not reply or not reply.get("accepted"):
+        sock.close()
+        return
+    done = _read_line(sock)  # the child's exit, sent when it ends; EOF: the server died
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if done is None:
+        sys.stderr.write(f"dive job server: the server ended before the job (after {time.monotonic() - started:.1f} s)\n")
+        os._exit(1)
+    code = int(done["exit"])
+    if code < 0:  # the child was killed by signal -code: so is this process, as if it had run the job
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code if code >= 0 else 128 - code)
+
+
+def _started() -> float | None:
+    """When this process started (seconds since the epoch; None where /proc does not say)."""
+    from .runlog import process_seconds  # the standard library only, like this module
+
+    age = process_seconds()
+    return None if age is None else time.time() - age
+
+
+# --- starting and stopping (the Snakefile) --------------------------------------------------------
+
+
+def _server_command(path: str, parent: int, log_path: str | None, zygote: bool) -> list[str]:
+    # this checkout's dive_core first, as _dive_path puts it for every job
+    code = f"import sys; sys.path.insert(0, {_checkout()!r}); from dive_core.job_server import main; main()"
+    cmd = [sys.executable, "-c", code, "--socket", path, "--parent", str(parent)]
+    return cmd + (["--log", str(log_path)] if log_path else []) + (["--zygote"] if zygote else [])
+
+
+def _wait_for(path: str, proc: subprocess.Popen, wait: float) -> bool:
+    """Whether ``proc`` bound its socket at ``path`` within ``wait`` seconds (it binds before importing)."""
+    deadline = time.monotonic() + wait
+    while not os.path.exists(path) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    return os.path.exists(path)
+
+
+def start(log_path: str | None = None, wait: float = 10.0) -> subprocess.Popen | None:
+    """Start the job server of this process's run (the Snakefile's ``onstart``) and put its socket
+    into ``os.environ[ENV]`` for the jobs to come; None where the user turned it off (``ENV=off``)."""
+    if os.environ.get(ENV, "").lower() in ("off", "0", "false", "no"):
+        return None
+    folder = tempfile.mkdtemp(prefix="dive-jobs-")  # short: a Unix socket's path is at most 107 bytes
+    path = os.path.join(folder, "socket")
+    proc = subprocess.Popen(_server_command(path, os.getpid(), log_path, zygote=False), stdin=subprocess.DEVNULL)
+    if _wait_for(path, proc, wait):
+        os.environ[ENV] = path
+    return proc
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    """Stop a server :func:`start` started (the Snakefile's ``onsuccess`` and ``onerror``)."""
+    import shutil
+
+    path = os.environ.pop(ENV, "")
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if path.startswith("/"):
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+# --- the server --------------------------------------------------------------------------------
+
+
+class Server:
+    """The router (the run's one server, :func:`start`) or a zygote (one per environment the run's
+    jobs have). The router imports nothing heavy: it checks a job's interpreter and checkout and sends
+    it on to the zygote of the job's math environment (:func:`import_time_env`: Snakemake gives each
+    job ``OMP_NUM_THREADS`` and the like = its threads, read when the libraries load), starting that
+    zygote, with the job's own environment, the first time. A zygote imports :data:`PRELOAD` and forks
+    one child per job. Both are single-threaded (a selector), so forking is safe; each exits when its
+    parent does, killing what it started."""
+
+    def __init__(self, path: str, parent: int | None, log_path: str | None = None, zygote: bool = False):
+        self.path, self.parent, self.log_path, self.zygote = path, parent, log_path, zygote
+        self.log = open(log_path, "a", buffering=1, encoding="utf-8") if log_path else None  # noqa: SIM115
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(64)
+        self.env = import_time_env(dict(os.environ))
+        self.server_pid = os.getpid()
+        self.children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (its client's connection, its pidfd)
+        self.zygotes: dict[str, tuple[str, subprocess.Popen]] = {}  # environment -> (socket, process)
+        self.stopping = False
+        self.served = 0
+        self.sel: selectors.BaseSelector | None = None
+        self.parent_fd: int | None = None
+
+    def note(self, text: str) -> None:
+        if self.log is not None:
+            role = "zygote" if self.zygote else "job server"
+            self.log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {role} {os.getpid()}: {text}\n")
+
+    def preload(self) -> None:
+        import importlib
+        import threading
+
+        t0 = time.perf_counter()
+        for name in PRELOAD:
+            importlib.import_module(name)
+        if threading.active_count() != 1:  # a fork copies only the forking thread
+            raise RuntimeError(f"job server: importing {PRELOAD} started Python threads: "
+                               f"{[t.name for t in threading.enumerate()]}")
+        self.note(f"imported {', '.join(PRELOAD)} in {time.perf_counter() - t0:.2f} s, for the environment "
+                  f"{json.dumps(self.env, sort_keys=True)}")
+
+    def refusal(self, req: dict) -> str | None:
+        """Why no child of this server may run ``req``'s job (None: one may)."""
+        if req.get("interpreter") != _interpreter():
+            return f"interpreter {req.get('interpreter')} is not the server's {_interpreter()}"
+        if req.get("checkout") != _checkout():
+            return f"checkout {req.get('checkout')} is not the server's {_checkout()}"
+        theirs = import_time_env(req.get("env", {}))
+        if self.zygote and theirs != self.env:
+            keys = sorted(k for k in set(theirs) | set(self.env) if theirs.get(k) != self.env.get(k))
+            return f"environment differs from the zygote's in {', '.join(keys)}"
+        return None
+
+    def serve(self) -> None:
+        self.sel = sel = selectors.DefaultSelector()
+        sel.register(self.listener, selectors.EVENT_READ, ("accept", None))
+        if self.parent:
+            try:
+                self.parent_fd = os.pidfd_open(self.parent)
+            except ProcessLookupError:
+                return
+            sel.register(self.parent_fd, selectors.EVENT_READ, ("parent", None))
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
+        try:
+            while not self.stopping:
+                for key, _ in sel.select(timeout=1.0):
+                    what, pid = key.data
+                    if what == "accept":
+                        self.accept()
+                    elif what == "parent":
+                        self.stopping = True
+                    elif what == "exit":
+                        self.reap(pid)
+                    elif what == "client":
+                        self.client_event(pid)
+        finally:
+            for pid in list(self.children):
+                self.kill(pid)
+            for _, proc in self.zygotes.values():
+                proc.terminate()
+                proc.wait()
+            self.listener.close()
+            self.note(f"stopped after {self.served} jobs")
+
+    def accept(self) -> None:
+        conn, _ = self.listener.accept()
+        conn.settimeout(30)
+        try:
+            msg, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST, 3)
+            req = _read_line(conn, msg)
+        except (OSError, ValueError) as e:
+            conn.close()
+            self.note(f"a bad request: {e}")
+            return
+        if req is None or len(fds) != 3 or not self.zygote:
+            for fd in fds:
+                os.close(fd)
+        if req is None or len(fds) != 3:
+            conn.close()
+            return
+        name = os.path.basename(req["script"])
+        why = self.refusal(req)
+        if why or not self.zygote:
+            reply = {"accepted": False, "why": why} if why else {"accepted": False, "redirect": self.route(req)}
+            self.note(f"{name}: runs in its own process: {why}" if why else f"{name}: to {reply['redirect']}")
+            _send_line(conn, reply)
+            conn.close()
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self.child(conn, req, fds)  # never returns
+        for fd in fds:
+            os.close(fd)
+        self.served += 1
+        pidfd = os.pidfd_open(pid)
+        self.children[pid] = (conn, pidfd)
+        self.sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+        self.sel.register(conn, selectors.EVENT_READ, ("client", pid))
+        _send_line(conn, {"accepted": True, "pid": pid})
+        self.note(f"{name}: child {pid}")
+
+    def route(self, req: dict) -> str:
+        """The socket of the zygote for ``req``'s environment, started now if there is none."""
+        key = json.dumps(import_time_env(req["env"]), sort_keys=True)
+        if key in self.zygotes and self.zygotes[key][1].poll() is None:
+            return self.zygotes[key][0]
+        path = f"{self.path}.{len(self.zygotes) + 1}"
+        env = {k: v for k, v in req["env"].items() if k != ENV}
+        proc = subprocess.Popen(_server_command(path, os.getpid(), self.log_path, zygote=True), env=env,
+                                stdin=subprocess.DEVNULL, cwd=req["cwd"])
+        _wait_for(path, proc, 10.0)
+        self.zygotes[key] = (path, proc)
+        self.served += 1
+        return path
+
+    def client_event(self, pid: int) -> None:
+        conn, _ = self.children[pid]
+        try:
+            data = conn.recv(1)
+        except OSError:
+            data = b""
+        if not data:  # the client died (the job was cancelled or killed): so does the job
+            self.note(f"child {pid}: its client went away; killing it")
+            self.sel.unregister(conn)
+            os.kill(pid, signal.SIGKILL)
+
+    def reap(self, pid: int) -> None:
+        conn, pidfd = self.children.pop(pid)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        self.sel.unregister(pidfd)
+        os.close(pidfd)
+        try:
+            self.sel.unregister(conn)
+        except KeyError:
+            pass
+        try:
+            _send_line(conn, {"exit": code})
+        except OSError:
+            pass
+        conn.close()
+
+    def kill(self, pid: int) -> None:
+        conn, pidfd = self.children.pop(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(pidfd)
+        conn.close()
+
+    def child(self, conn: socket.socket, req: dict, fds: list[int]) -> None:
+        """The forked job: the client's descriptors, directory, environment and path, then its script
+        as ``python script`` runs it; exits with the script's status (never returns)."""
+        global _in_child
+        code = 1
+        try:
+            _in_child = True
+            _die_with(self.server_pid)
+            for s in (signal.SIGTERM, signal.SIGCHLD):
+                signal.signal(s, signal.SIG_DFL)
+            self.sel.close()
+            if self.parent_fd is not None:
+                os.close(self.parent_fd)
+            self.listener.close()
+            for c, pidfd in self.children.values():
+                c.close()
+                os.close(pidfd)
+            conn.close()
+            if self.log is not None:
+                self.log.close()
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            _reopen_stdio()
+            os.chdir(req["cwd"])
+            os.environ.clear()
+            os.environ.update(req["env"])
+            sys.argv = list(req["argv"])
+            sys.path[:] = req["path"]
+            from . import runlog
+
+            runlog.started_in_server(req.get("started"))
+            code = _run_script(req["script"])
+        except BaseException:  # noqa: BLE001 - the child must never return into the server's loop
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+
+
+def _run_script(script: str) -> int:
+    """``script`` as ``python script`` runs it, in this process: its exit status (atexit handlers
+    run, as at an interpreter's exit)."""
+    import atexit
+    import runpy
+    import traceback
+
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: BLE001 - what the interpreter prints for an uncaught exception
+        traceback.print_exc()
+        code = 1
+    import threading
+
+    threading._shutdown()  # as at an interpreter's exit: wait for the job's own non-daemon threads
+    atexit._run_exitfuncs()
+    return code
+
+
+def _reopen_stdio() -> None:
+    """sys.stdin/stdout/stderr over descriptors 0, 1 and 2 (now the client's), buffered as a fresh
+    interpreter buffers them."""
+    import io
+
+    def text(fd: int, old, line: bool):
+        raw = io.FileIO(fd, "r" if fd == 0 else "w", closefd=False)
+        buffered = io.BufferedReader(raw) if fd == 0 else io.BufferedWriter(raw)
+        return io.TextIOWrapper(buffered, encoding=old.encoding, errors=old.errors, line_buffering=line)
+
+    sys.stdin = sys.__stdin__ = text(0, sys.__stdin__, False)
+    sys.stdout = sys.__stdout__ = text(1, sys.__stdout__, os.isatty(1))
+    sys.stderr = sys.__stderr__ = text(2, sys.__stderr__, True)
+
+
+def _die_with(server: int) -> None:
+    """Linux's PR_SET_PDEATHSIG: this process is killed when the server dies (or is gone already)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != server:  # it died before the call above
+        os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--parent", type=int, default=None, help="exit when this process does")
+    ap.add_argument("--log", default=None)
+    ap.add_argument("--zygote", action="store_true", help="import PRELOAD and fork the jobs (else: route them)")
+    a = ap.parse_args(argv)
+    server = Server(a.socket, a.parent, a.log, a.zygote)  # bound before the imports: clients queue meanwhile
+    if a.zygote:
+        server.preload()
+    server.serve()
+
+
+if __name__ == "__main__":  # run as dive_core.job_server, not as a second copy named __main__
+    from dive_core.job_server import main as _main
+
+    _main()
