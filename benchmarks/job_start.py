@@ -22,7 +22,11 @@ top-level imports of the kind's ``workflow_scripts/<kind>.py`` as that checkout 
 ``runlog.setup`` with the job's threads, then what its work does first: a training's seed (the
 deterministic kernels) and first AdamW step on a model of the method, the first FAISS search of an
 evaluation or frontier job, a table's pyplot, an embedding or export job's sentence-transformers.
-That is a job's start up to its first batch or first search.
+That is a job's start up to its first batch or first search. Each process runs its code from a file,
+as Snakemake runs a script, and, unless ``--no-server``, with a job server of this checkout running
+(dive_core.job_server, as a local run has one): a kind whose script hands its job over to it
+(``job_server.delegate()``) then starts as a fork of a warm zygote (whose own start, once per run, is
+made before the timing).
 
 The last line is one JSON object. Compare figures only within one run on one machine.
 """
@@ -33,8 +37,10 @@ import argparse
 import ast
 import json
 import statistics
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,19 +75,27 @@ KINDS = {
 
 def kind_code(checkout: Path, kind: str) -> str:
     """The Python a job of ``kind`` runs before its work in ``checkout``: its script's top-level
-    imports (read from that checkout), runlog.setup with its threads, its first step."""
+    imports and its hand-over to the job server where it has one (``job_server.delegate()``), read
+    from that checkout, runlog.setup with its threads, its first step."""
     script, threads, first = KINDS[kind]
     tree = ast.parse((checkout / "workflow_scripts" / script).read_text(encoding="utf-8"))
-    imports = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
-               and "_dive_path" not in ast.unparse(n)]
-    return "\n".join([f"import sys\nsys.path.insert(0, {str(checkout)!r})", *imports,
+    lines = [ast.unparse(n) for n in tree.body if (isinstance(n, (ast.Import, ast.ImportFrom))
+             or ast.unparse(n) == "job_server.delegate()") and "_dive_path" not in ast.unparse(n)]
+    return "\n".join([f"import sys\nsys.path.insert(0, {str(checkout)!r})", *lines,
                       "from dive_core import runlog", f"runlog.setup(None, {threads})", first])
 
 
 def once(code: str, cwd: Path) -> float:
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], cwd=cwd, check=True, capture_output=True)
-    return time.perf_counter() - t0
+    """Wall seconds of ``python FILE`` running ``code`` as Snakemake runs a script: from a file whose
+    preamble sets ``__real_file__`` (what job_server.delegate hands over)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".py", dir=cwd, delete=False) as f:
+        f.write("__real_file__ = __file__\n" + code + "\n")
+    try:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, f.name], cwd=cwd, check=True, capture_output=True)
+        return time.perf_counter() - t0
+    finally:
+        os.unlink(f.name)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -90,6 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--against", type=Path, default=None,
                     help="another checkout (e.g. an older commit) whose kinds of job are timed beside this one's")
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
+    ap.add_argument("--no-server", action="store_true",
+                    help="no job server (dive_core.job_server): every job a fresh process, as on a cluster")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from dive_core import provenance
@@ -100,11 +116,24 @@ def main(argv: list[str] | None = None) -> dict:
     for kind in [k for k in a.kinds.split(",") if k]:
         for label, path in checkouts.items():
             jobs[f"{kind} ({label})"] = (kind_code(path, kind), path)
+    server = None
+    if not a.no_server:  # as a local run has it: the jobs that hand over to it run in its zygote's forks
+        from dive_core import job_server
+
+        server = job_server.start()
+        for name, (code, cwd) in jobs.items():  # the zygote's start (its imports, once a run) is not timed
+            if "job_server.delegate()" in code:
+                once(code, cwd)
+                break
     times: dict[str, list[float]] = {name: [] for name in jobs}
-    for _ in range(a.repeats):
-        for name, (code, cwd) in jobs.items():
-            times[name].append(once(code, cwd))
-    result = {"cpu": provenance.cpu_model(), "repeats": a.repeats,
+    try:
+        for _ in range(a.repeats):
+            for name, (code, cwd) in jobs.items():
+                times[name].append(once(code, cwd))
+    finally:
+        if server is not None:
+            job_server.stop(server)
+    result = {"cpu": provenance.cpu_model(), "repeats": a.repeats, "job_server": server is not None,
               "checkouts": {k: str(v) for k, v in checkouts.items()},
               "median_s": {name: round(statistics.median(t), 3) for name, t in times.items()}}
     for name, s in result["median_s"].items():

@@ -35,6 +35,7 @@ compress    dive-compress: a trained compressor applied to a vector file in boun
 provenance  library versions and fingerprints recorded in every output
 generated   the generated BEIR-layout collection `generated-tiny` (make smoke, the end-to-end tests)
 numerics    reproducible floating point: MKL's conditional numerical reproducibility, set on import
+job_server  a local run's torch jobs started as forks of a warm process (the Snakefile's onstart)
 """
 
 from . import numerics as _numerics

@@ -1,39 +1,45 @@
-"""The job server: a local run's jobs that need torch start as forks of one warm process instead
+"""The job server: a local run's jobs that need torch start as forks of a warm process instead
 of as fresh interpreters that each import torch again.
 
 Every Snakemake job is a fresh Python process, and a training or evaluation job of a small run spends
 most of its few seconds importing torch (docs/performance.md, "A job's start"). For a local run
-(Snakemake's local executor, no conda), the Snakefile's ``onstart`` starts one server
-(:func:`start`): a process of the workflow's own interpreter and checkout that imports
-:data:`PRELOAD` once and listens on a Unix socket named in the environment variable :data:`ENV`,
-which every job inherits. A torch job's script calls :func:`delegate` right after its
-``_dive_path`` import: the job's process (the *client*) hands the server its script, working
-directory, environment, ``sys.path`` and its standard input, output and error (the file descriptors
-themselves), and the server forks a *child* that runs the script as the client would have run it,
-with the client's environment and descriptors; the client waits and exits with the child's status.
-The job's log says where it ran (``runlog``'s ``start:`` line: ``in the job server``).
+(Snakemake's local executor, no conda, containers or environment modules), the Snakefile's
+``onstart`` starts the run's server (:func:`start`), a process of the workflow's own interpreter
+and checkout listening on a Unix socket whose path the environment variable :data:`ENV` gives every
+job. A torch job's script calls :func:`delegate` right after its ``_dive_path`` import: the job's own
+process (the *client*) hands the server its script, working directory, environment, ``sys.path``
+and its standard input, output and error (the descriptors themselves), and waits; a *child* forked
+from a warm process runs the script as ``python script`` would, with the client's environment and
+descriptors, and the client exits with the child's status (killed by a signal: by the same signal).
 
-What makes the child's bytes a fresh process's bytes:
+The server is a *router* that imports nothing heavy. Snakemake gives each job ``OMP_NUM_THREADS``,
+``MKL_NUM_THREADS`` and the like equal to its threads, and the math libraries read them when they
+load, so the router keeps one *zygote* per math environment (:func:`import_time_env`), started with
+the first such job's environment: it imports :data:`PRELOAD` once and forks a child per job.
 
-- the server imports code only (:data:`PRELOAD`: torch, h5py and our modules that import nothing
-  heavier); it computes nothing, so MKL's mode (set by ``import dive_core`` before torch loads, as
-  in every job), its vector math's first call (:func:`dive_core.numerics.warm_vector_math`),
-  PyTorch's and FAISS's thread pools and every random generator start in the child, as in a fresh
-  process; the job sets its threads and seeds there (``runlog.setup``, ``training.set_seed``);
-- the server refuses a client whose interpreter, checkout or math libraries' environment
-  (:func:`import_time_env`: the variables read when a library loads, such as ``MKL_CBWR`` or
-  ``OMP_NUM_THREADS``) differ from its own, and the client then runs the job itself;
-- a child whose client dies (Snakemake cancels the job, ``kill -9`` of the run) is killed, and a
-  child dies with the server (``PR_SET_PDEATHSIG``); the server exits when the Snakemake process
-  that started it does, or when ``onsuccess``/``onerror`` stop it (:func:`stop`).
+Why the child's bytes are a fresh process's bytes (the smoke run's checkpoints and per-query files
+are the same with and without the server, docs/performance.md):
 
-tests/test_job_server.py checks the protocol, the refusals and the kills; tests/test_workflow.py that
-the smoke run's torch jobs ran in the server and that a checkpoint retrained in a fresh process has
-the weights and per-query bytes the server's child wrote. ``DIVE_JOB_SERVER=off`` in the
-environment turns the server off (every job then starts as a fresh process); cluster jobs never use
-it (the server is only started for Snakemake's local executor).
+- a zygote imports code and computes nothing: MKL's mode (set by ``import dive_core`` before torch
+  loads, as in every job), its vector math's first call (:func:`dive_core.numerics.warm_vector_math`),
+  PyTorch's and FAISS's thread pools, CUDA and every random generator start in the child, as in a
+  fresh process, and the job sets its threads and seeds there (``runlog.setup``,
+  ``training.set_seed``); its variables that the libraries read on load are the job's own;
+- a job of another interpreter or checkout runs in its own process (the server refuses it);
+- a child whose client dies (Snakemake cancels the job, ``kill -9`` of the run) is killed, and so is
+  one whose zygote dies (``PR_SET_PDEATHSIG``); a zygote exits with the router, and the router with
+  the Snakemake process that started it, or when ``onsuccess``/``onerror`` stop it (:func:`stop`).
 
-This module imports only the standard library: clients import it before anything heavy.
+A job's log says where it ran (``runlog``'s ``start:`` line, ``(in the job server)``), and the run's
+server writes its own log beside Snakemake's (``.snakemake/log/<run>.job_server.log``: each
+zygote's environment and imports, each job routed and forked). ``DIVE_JOB_SERVER=off`` in the
+environment turns it off: every job then starts as a fresh process. Cluster jobs never use it.
+tests/test_job_server.py checks the protocol, the routing, the refusals and the kills;
+tests/test_workflow.py that the smoke run's torch jobs ran in the server and that a checkpoint
+retrained in a fresh process has the weights and per-query bytes that the server's child wrote.
+
+This module imports only the standard library (and dive_core.runlog's): clients import it before
+anything heavy.
 """
 
 from __future__ import annotations
@@ -174,12 +180,35 @@ def start(log_path: str | None = None, wait: float = 10.0) -> subprocess.Popen |
     into ``os.environ[ENV]`` for the jobs to come; None where the user turned it off (``ENV=off``)."""
     if os.environ.get(ENV, "").lower() in ("off", "0", "false", "no"):
         return None
-    folder = tempfile.mkdtemp(prefix="dive-jobs-")  # short: a Unix socket's path is at most 107 bytes
+    _sweep()
+    folder = tempfile.mkdtemp(prefix=_PREFIX)  # short: a Unix socket's path is at most 107 bytes
     path = os.path.join(folder, "socket")
     proc = subprocess.Popen(_server_command(path, os.getpid(), log_path, zygote=False), stdin=subprocess.DEVNULL)
     if _wait_for(path, proc, wait):
         os.environ[ENV] = path
     return proc
+
+
+_PREFIX = "dive-jobs-"
+
+
+def _sweep() -> None:
+    """Remove the socket folders of servers that were killed with their run (``kill -9`` of its
+    process group leaves them): a folder whose socket refuses a connection."""
+    import glob
+    import shutil
+
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), _PREFIX + "*", "socket")):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        except OSError:
+            pass
+        finally:
+            probe.close()
 
 
 def stop(proc: subprocess.Popen | None) -> None:

@@ -212,6 +212,10 @@ def test_the_server_exits_with_the_process_that_started_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != job_server.ENV}
     starter = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     server_pid = int(starter.stdout.readline())
+    folder = Path(f"/proc/{server_pid}/cmdline").read_bytes().split(b"\0")[4].decode()  # --socket PATH
     starter.kill()
     starter.wait()
     assert wait_gone(server_pid), "the job server outlived its Snakemake"
+    assert Path(folder).exists()  # its socket is left behind, refusing connections: the next start removes it
+    job_server.stop(job_server.start())
+    assert not Path(folder).parent.exists()
