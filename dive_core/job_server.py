@@ -15,7 +15,9 @@ descriptors, and the client exits with the child's status (killed by a signal: b
 The server is a *router* that imports nothing heavy. Snakemake gives each job ``OMP_NUM_THREADS``,
 ``MKL_NUM_THREADS`` and the like equal to its threads, and the math libraries read them when they
 load, so the router keeps one *zygote* per math environment (:func:`import_time_env`), started with
-the first such job's environment: it imports :data:`PRELOAD` once and forks a child per job.
+the first such job's environment: it imports :data:`PRELOAD` once and forks a child per job. Jobs
+that encode with sentence-transformers (embedding, export, CSR's fits) ask for zygotes that have
+imported it too (:data:`SENTENCE_TRANSFORMERS`); no other job's fork has it.
 
 Why the child's bytes are a fresh process's bytes (the smoke run's checkpoints and per-query files
 are the same with and without the server, docs/performance.md):
@@ -62,6 +64,9 @@ ENV = "DIVE_JOB_SERVER"
 PRELOAD = ("torch", "h5py", "numpy", "dive_core.embeddings", "dive_core.methods", "dive_core.training",
            "dive_core.records", "dive_core.provenance", "dive_core.runlog", "dive_core.splits",
            "snakemake.logging", "snakemake.iocontainers", "snakemake.script")
+#: what a job that encodes with sentence-transformers (embedding, export, CSR's fits) asks its zygote to
+#: import too (:func:`delegate`'s ``extra``): a zygote of its own, since other jobs must not load it
+SENTENCE_TRANSFORMERS = ("sentence_transformers",)
 #: prefixes of the environment variables a math library or the interpreter reads when it loads (the
 #: server has loaded them with its own values, so a client with other values runs its job itself)
 IMPORT_TIME_ENV = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO", "BLIS_", "ONEDNN_", "DNNL_", "ATEN_",
@@ -102,10 +107,12 @@ def _read_line(conn: socket.socket, first: bytes = b"") -> dict | None:
 # --- the client: a job's own process -------------------------------------------------------------
 
 
-def delegate() -> None:
+def delegate(extra: tuple[str, ...] = ()) -> None:
     """Run this job in the job server if one serves this run, and exit with its status; return (run
     the job here) where none does, or where it refuses this job (another interpreter, checkout or
-    math environment). Called by a workflow script that needs torch, before its heavy imports."""
+    math environment). Called by a workflow script that needs torch, before its heavy imports;
+    ``extra``: modules beyond :data:`PRELOAD` that its work imports and its zygote is to have
+    imported (:data:`SENTENCE_TRANSFORMERS`)."""
     path = os.environ.get(ENV, "")
     if _in_child or not path.startswith("/"):
         return
@@ -120,7 +127,7 @@ def delegate() -> None:
             sock.connect(path)
             request = {"script": os.path.abspath(script), "argv": sys.argv, "cwd": os.getcwd(),
                        "env": dict(os.environ), "path": sys.path, "interpreter": _interpreter(),
-                       "checkout": _checkout(), "started": _started()}
+                       "checkout": _checkout(), "started": _started(), "extra": sorted(extra)}
             data = json.dumps(request).encode() + b"\n"
             socket.send_fds(sock, [data[:1]], [0, 1, 2])  # the descriptors ride with the first byte
             sock.sendall(data[1:])
@@ -160,22 +167,32 @@ def _started() -> float | None:
 # --- starting and stopping (the Snakefile) --------------------------------------------------------
 
 
-def _server_command(path: str, parent: int, log_path: str | None, zygote: bool) -> list[str]:
+def _listening(path: str) -> socket.socket:
+    """A Unix socket bound at ``path`` and listening: made by the process that starts a server and
+    handed to it (its descriptor inherited), so that a job can connect, and wait in the backlog, the
+    moment the server's process exists."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    sock.listen(64)
+    return sock
+
+
+def _spawn(path: str, log_path: str | None, zygote: bool, extra: list[str] = (), **popen) -> subprocess.Popen:
+    """A server process (the router, or a zygote) listening at ``path``, a child of this process and
+    ending with it."""
+    listener = _listening(path)
     # this checkout's dive_core first, as _dive_path puts it for every job
     code = f"import sys; sys.path.insert(0, {_checkout()!r}); from dive_core.job_server import main; main()"
-    cmd = [sys.executable, "-c", code, "--socket", path, "--parent", str(parent)]
-    return cmd + (["--log", str(log_path)] if log_path else []) + (["--zygote"] if zygote else [])
+    cmd = [sys.executable, "-c", code, "--socket", path, "--fd", str(listener.fileno()), "--parent", str(os.getpid())]
+    cmd += (["--log", str(log_path)] if log_path else []) + (["--zygote"] if zygote else [])
+    cmd += ["--extra", ",".join(extra)] if extra else []
+    try:
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, pass_fds=[listener.fileno()], **popen)
+    finally:
+        listener.close()  # the server's copy listens
 
 
-def _wait_for(path: str, proc: subprocess.Popen, wait: float) -> bool:
-    """Whether ``proc`` bound its socket at ``path`` within ``wait`` seconds (it binds before importing)."""
-    deadline = time.monotonic() + wait
-    while not os.path.exists(path) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.002)
-    return os.path.exists(path)
-
-
-def start(log_path: str | None = None, wait: float = 10.0) -> subprocess.Popen | None:
+def start(log_path: str | None = None) -> subprocess.Popen | None:
     """Start the job server of this process's run (the Snakefile's ``onstart``) and put its socket
     into ``os.environ[ENV]`` for the jobs to come; None where the user turned it off (``ENV=off``)."""
     if os.environ.get(ENV, "").lower() in ("off", "0", "false", "no"):
@@ -183,9 +200,8 @@ def start(log_path: str | None = None, wait: float = 10.0) -> subprocess.Popen |
     _sweep()
     folder = tempfile.mkdtemp(prefix=_PREFIX)  # short: a Unix socket's path is at most 107 bytes
     path = os.path.join(folder, "socket")
-    proc = subprocess.Popen(_server_command(path, os.getpid(), log_path, zygote=False), stdin=subprocess.DEVNULL)
-    if _wait_for(path, proc, wait):
-        os.environ[ENV] = path
+    proc = _spawn(path, log_path, zygote=False)
+    os.environ[ENV] = path
     return proc
 
 
@@ -239,12 +255,13 @@ class Server:
     one child per job. Both are single-threaded (a selector), so forking is safe; each exits when its
     parent does, killing what it started."""
 
-    def __init__(self, path: str, parent: int | None, log_path: str | None = None, zygote: bool = False):
+    def __init__(self, path: str, parent: int | None, log_path: str | None = None, zygote: bool = False,
+                 fd: int | None = None, extra: list[str] = ()):
         self.path, self.parent, self.log_path, self.zygote = path, parent, log_path, zygote
+        self.extra = sorted(extra)  # a zygote's modules beyond PRELOAD
         self.log = open(log_path, "a", buffering=1, encoding="utf-8") if log_path else None  # noqa: SIM115
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen(64)
+        # listening at path: the socket its starter made and handed over (fd), or one made here
+        self.listener = socket.socket(fileno=fd) if fd is not None else _listening(path)
         self.env = import_time_env(dict(os.environ))
         self.server_pid = os.getpid()
         self.children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (its client's connection, its pidfd)
@@ -264,12 +281,13 @@ class Server:
         import threading
 
         t0 = time.perf_counter()
-        for name in PRELOAD:
+        names = (*PRELOAD, *self.extra)
+        for name in names:
             importlib.import_module(name)
         if threading.active_count() != 1:  # a fork copies only the forking thread
-            raise RuntimeError(f"job server: importing {PRELOAD} started Python threads: "
+            raise RuntimeError(f"job server: importing {names} started Python threads: "
                                f"{[t.name for t in threading.enumerate()]}")
-        self.note(f"imported {', '.join(PRELOAD)} in {time.perf_counter() - t0:.2f} s, for the environment "
+        self.note(f"imported {', '.join(names)} in {time.perf_counter() - t0:.2f} s, for the environment "
                   f"{json.dumps(self.env, sort_keys=True)}")
 
     def refusal(self, req: dict) -> str | None:
@@ -282,6 +300,8 @@ class Server:
         if self.zygote and theirs != self.env:
             keys = sorted(k for k in set(theirs) | set(self.env) if theirs.get(k) != self.env.get(k))
             return f"environment differs from the zygote's in {', '.join(keys)}"
+        if self.zygote and sorted(req.get("extra", [])) != self.extra:
+            return f"it asks for {req.get('extra')} imported, the zygote has {self.extra}"
         return None
 
     def serve(self) -> None:
@@ -333,9 +353,12 @@ class Server:
             return
         name = os.path.basename(req["script"])
         why = self.refusal(req)
+        zygote = None if why or self.zygote else self.route(req)
+        if zygote is None and not why and not self.zygote:
+            why = "the zygote of its environment has died"
         if why or not self.zygote:
-            reply = {"accepted": False, "why": why} if why else {"accepted": False, "redirect": self.route(req)}
-            self.note(f"{name}: runs in its own process: {why}" if why else f"{name}: to {reply['redirect']}")
+            reply = {"accepted": False, "why": why} if why else {"accepted": False, "redirect": zygote}
+            self.note(f"{name}: runs in its own process: {why}" if why else f"{name}: to {zygote}")
             _send_line(conn, reply)
             conn.close()
             return
@@ -354,16 +377,16 @@ class Server:
         _send_line(conn, {"accepted": True, "pid": pid})
         self.note(f"{name}: child {pid}")
 
-    def route(self, req: dict) -> str:
-        """The socket of the zygote for ``req``'s environment, started now if there is none."""
-        key = json.dumps(import_time_env(req["env"]), sort_keys=True)
-        if key in self.zygotes and self.zygotes[key][1].poll() is None:
-            return self.zygotes[key][0]
+    def route(self, req: dict) -> str | None:
+        """The socket of the zygote for ``req``'s environment, started now if there is none; None where
+        it has died (its log says why; it is not started again: the jobs run in their own processes)."""
+        extra = sorted(req.get("extra", []))
+        key = json.dumps([import_time_env(req["env"]), extra], sort_keys=True)
+        if key in self.zygotes:
+            return self.zygotes[key][0] if self.zygotes[key][1].poll() is None else None
         path = f"{self.path}.{len(self.zygotes) + 1}"
         env = {k: v for k, v in req["env"].items() if k != ENV}
-        proc = subprocess.Popen(_server_command(path, os.getpid(), self.log_path, zygote=True), env=env,
-                                stdin=subprocess.DEVNULL, cwd=req["cwd"])
-        _wait_for(path, proc, 10.0)
+        proc = _spawn(path, self.log_path, zygote=True, extra=extra, env=env, cwd=req["cwd"])
         self.zygotes[key] = (path, proc)
         self.served += 1
         return path
@@ -511,10 +534,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", required=True)
     ap.add_argument("--parent", type=int, default=None, help="exit when this process does")
+    ap.add_argument("--fd", type=int, default=None, help="the listening socket at --socket, inherited")
     ap.add_argument("--log", default=None)
     ap.add_argument("--zygote", action="store_true", help="import PRELOAD and fork the jobs (else: route them)")
+    ap.add_argument("--extra", default="", help="a zygote's modules to import beyond PRELOAD, comma-separated")
     a = ap.parse_args(argv)
-    server = Server(a.socket, a.parent, a.log, a.zygote)  # bound before the imports: clients queue meanwhile
+    server = Server(a.socket, a.parent, a.log, a.zygote, a.fd, [m for m in a.extra.split(",") if m])  # listening already: jobs queue during the imports
     if a.zygote:
         server.preload()
     server.serve()

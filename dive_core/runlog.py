@@ -93,8 +93,17 @@ def setup(log_path: str | os.PathLike | None, threads: int | None = None) -> log
 
 
 def _at_exit(job: logging.Logger) -> None:
-    job.info("end: %s s after the interpreter started, imported [%s]", _seconds(process_seconds()),
-             ", ".join(loaded_heavy()))
+    job.info("end: %s s after the interpreter started, imported [%s]; %s", _seconds(process_seconds()),
+             ", ".join(loaded_heavy()), own_usage())
+
+
+def own_usage() -> str:
+    """This process's peak resident memory and CPU seconds (a job the job server ran is not a
+    descendant of the process Snakemake's ``benchmark:`` measures: its log says what it used)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return f"max RSS {r.ru_maxrss / 1024:.0f} MiB, CPU {r.ru_utime + r.ru_stime:.2f} s"
 
 
 def set_threads(threads: int) -> None:

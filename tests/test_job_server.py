@@ -27,7 +27,7 @@ import sys
 sys.path.insert(0, {repo!r})
 from dive_core import job_server
 
-job_server.delegate()
+job_server.delegate({extra})
 import os, json, sys
 from dive_core import runlog
 import torch
@@ -35,15 +35,16 @@ import torch
 print(json.dumps({{"pid": os.getpid(), "parent": os.getppid(), "in_child": job_server._in_child,
                   "cwd": os.getcwd(), "argv": sys.argv[1:], "marker": os.environ.get("JOB_MARKER"),
                   "threads": torch.get_num_threads(), "age": runlog.process_seconds(),
-                  "torch_before": {torch_before}}}), flush=True)
+                  "torch_before": {torch_before}, "st": "sentence_transformers" in sys.modules}}), flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 {work}
 """
 
 
-def write_job(folder: Path, work: str = "sys.exit(3)", torch_before: str = "True") -> Path:
-    path = folder / "job.py"
-    path.write_text(JOB.format(repo=str(REPO), work=work, torch_before=torch_before), encoding="utf-8")
+def write_job(folder: Path, work: str = "sys.exit(3)", torch_before: str = "True", extra: str = "",
+              name: str = "job.py") -> Path:
+    path = folder / name
+    path.write_text(JOB.format(repo=str(REPO), work=work, torch_before=torch_before, extra=extra), encoding="utf-8")
     return path
 
 
@@ -54,6 +55,12 @@ def server(tmp_path, monkeypatch):
     log = tmp_path / "server.log"
     proc = job_server.start(str(log))
     assert proc is not None and os.environ[job_server.ENV].startswith("/")
+    # listening the moment start() returns (the socket is made before the server's process runs)
+    import socket
+
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.connect(os.environ[job_server.ENV])
+    probe.close()
     yield proc, log
     job_server.stop(proc)
 
@@ -95,6 +102,30 @@ def test_each_math_environment_gets_its_own_zygote(server, tmp_path):
     assert (one["threads"], two["threads"]) == (1, 2)
 
 
+def test_a_dead_zygote_is_not_replaced_and_its_jobs_run_in_their_own_processes(server, tmp_path):
+    _, log = server
+    script = write_job(tmp_path, work="sys.exit(0)")
+    first = json.loads(run_job(script, tmp_path).stdout.splitlines()[0])
+    assert first["in_child"]
+    os.kill(first["parent"], signal.SIGKILL)
+    assert wait_gone(first["parent"])
+    out = run_job(script, tmp_path)
+    assert out.returncode == 0, out.stderr
+    second = json.loads(out.stdout.splitlines()[0])
+    assert second["in_child"] is False and second["parent"] != first["parent"]
+    assert "the zygote of its environment has died" in log.read_text()
+
+
+def test_a_job_that_encodes_gets_a_zygote_with_sentence_transformers_and_no_other_job_does(server, tmp_path):
+    plain = json.loads(run_job(write_job(tmp_path), tmp_path).stdout.splitlines()[0])
+    encodes = json.loads(run_job(write_job(tmp_path, extra="job_server.SENTENCE_TRANSFORMERS", name="enc.py"),
+                                 tmp_path).stdout.splitlines()[0])
+    assert plain["in_child"] and encodes["in_child"] and plain["parent"] != encodes["parent"]
+    assert (plain["st"], encodes["st"]) == (False, True)
+    again = json.loads(run_job(write_job(tmp_path), tmp_path).stdout.splitlines()[0])
+    assert again["parent"] == plain["parent"] and again["st"] is False
+
+
 def test_a_failing_job_exits_non_zero_with_its_traceback(server, tmp_path):
     out = run_job(write_job(tmp_path, work="raise ValueError('bad input in line 7')"), tmp_path)
     assert out.returncode == 1
@@ -131,6 +162,7 @@ def test_the_zygote_refuses_another_interpreter_checkout_or_math_environment(tmp
         req = {"interpreter": job_server._interpreter(), "checkout": job_server._checkout(), "env": dict(os.environ)}
         assert zygote.refusal(req) is None
         assert "interpreter" in zygote.refusal(req | {"interpreter": "/opt/other/python"})
+        assert "asks for" in zygote.refusal(req | {"extra": ["sentence_transformers"]})
         assert "checkout" in zygote.refusal(req | {"checkout": "/elsewhere"})
         other = dict(os.environ, OMP_NUM_THREADS="7")
         assert "OMP_NUM_THREADS" in zygote.refusal(req | {"env": other})
@@ -208,11 +240,12 @@ def test_a_job_dies_with_the_server_and_its_process_fails(server, tmp_path):
 def test_the_server_exits_with_the_process_that_started_it(tmp_path):
     """kill -9 of Snakemake alone: its server and zygotes do not outlive it."""
     code = ("import sys, time; sys.path.insert(0, %r)\nfrom dive_core import job_server\n"
-            "p = job_server.start(); print(p.pid, flush=True); time.sleep(60)") % str(REPO)
+            "p = job_server.start(); print(p.pid, job_server.os.environ[job_server.ENV], flush=True)\n"
+            "time.sleep(60)") % str(REPO)
     env = {k: v for k, v in os.environ.items() if k != job_server.ENV}
     starter = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
-    server_pid = int(starter.stdout.readline())
-    folder = Path(f"/proc/{server_pid}/cmdline").read_bytes().split(b"\0")[4].decode()  # --socket PATH
+    pid, folder = starter.stdout.readline().split()
+    server_pid = int(pid)
     starter.kill()
     starter.wait()
     assert wait_gone(server_pid), "the job server outlived its Snakemake"

@@ -175,6 +175,7 @@ def test_each_job_imports_only_what_its_work_needs(workdir):
         text = log.read_text(encoding="utf-8", errors="replace")
         found = imports_of_log(text)
         assert "end" in found, f"{log}: no `end:` line (runlog.setup not called, or the job died)"
+        assert re.search(r"dive\.job: end: .*; max RSS \d+ MiB, CPU \d+\.\d\d s", text), log  # its own usage
         kinds.setdefault(rule, 0)
         kinds[rule] += 1
         extra = set(found["end"]) & not_needed(rule, log, text)

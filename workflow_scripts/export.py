@@ -3,7 +3,9 @@ The backbone comes from the plan (params.backbone), the metrics of the model car
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from dive_core import job_server
 
-job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
+# a torch job: runs as a fork of the run's job server where one serves it (one with sentence-transformers
+# imported where the job encodes with it)
+job_server.delegate(job_server.SENTENCE_TRANSFORMERS)
 from dive_core import records, runlog
 from dive_core.export import export
 

@@ -2,7 +2,9 @@
 import _dive_path  # noqa: F401  (this checkout's dive_core on sys.path; keep first)
 from dive_core import job_server
 
-job_server.delegate()  # a torch job: runs as a fork of the run's job server where one serves it
+# a torch job: runs as a fork of the run's job server where one serves it (one with sentence-transformers
+# imported where the job encodes with it)
+job_server.delegate(job_server.SENTENCE_TRANSFORMERS if snakemake.params.type == "csr" else ())
 import time
 
 from dive_core import provenance, records, runlog, splits
