@@ -25,8 +25,8 @@ evaluation or frontier job, a table's pyplot, an embedding or export job's sente
 That is a job's start up to its first batch or first search. Each process runs its code from a file,
 as Snakemake runs a script, and, unless ``--no-server``, with a job server of this checkout running
 (dive_core.job_server, as a local run has one): a kind whose script hands its job over to it
-(``job_server.delegate()``) then starts as a fork of a warm zygote (whose own start, once per run, is
-made before the timing).
+(``job_server.delegate(...)``) then starts as a fork of a warm zygote (an embedding's or export's with
+sentence-transformers imported); each zygote's own start, once per run, is made before the timing.
 
 The last line is one JSON object. Compare figures only within one run on one machine.
 """
@@ -80,9 +80,14 @@ def kind_code(checkout: Path, kind: str) -> str:
     script, threads, first = KINDS[kind]
     tree = ast.parse((checkout / "workflow_scripts" / script).read_text(encoding="utf-8"))
     lines = [ast.unparse(n) for n in tree.body if (isinstance(n, (ast.Import, ast.ImportFrom))
-             or ast.unparse(n) == "job_server.delegate()") and "_dive_path" not in ast.unparse(n)]
-    return "\n".join([f"import sys\nsys.path.insert(0, {str(checkout)!r})", *lines,
+             or ast.unparse(n).startswith("job_server.delegate(")) and "_dive_path" not in ast.unparse(n)]
+    return "\n".join([f"import sys\nsys.path.insert(0, {str(checkout)!r})", _JOB, *lines,
                       "from dive_core import runlog", f"runlog.setup(None, {threads})", first])
+
+
+# what a hand-over reads of the job (its rule's params): a MiniLM embedding, a method that is not CSR
+_JOB = ("from types import SimpleNamespace\nsnakemake = SimpleNamespace(params=SimpleNamespace(type='pca', "
+        "spec={'family': 'sentence_transformers'}), input={})")
 
 
 def once(code: str, cwd: Path) -> float:
@@ -121,10 +126,9 @@ def main(argv: list[str] | None = None) -> dict:
         from dive_core import job_server
 
         server = job_server.start()
-        for name, (code, cwd) in jobs.items():  # the zygote's start (its imports, once a run) is not timed
-            if "job_server.delegate()" in code:
+        for name, (code, cwd) in jobs.items():  # the zygotes' start (their imports, once a run) is not timed
+            if "job_server.delegate(" in code:
                 once(code, cwd)
-                break
     times: dict[str, list[float]] = {name: [] for name in jobs}
     try:
         for _ in range(a.repeats):
