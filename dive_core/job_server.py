@@ -72,7 +72,6 @@ SENTENCE_TRANSFORMERS = ("sentence_transformers",)
 IMPORT_TIME_ENV = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO", "BLIS_", "ONEDNN_", "DNNL_", "ATEN_",
                    "TORCH_", "PYTORCH_", "CUDA_", "CUBLAS_", "NVIDIA_", "LD_", "PYTHON", "NUMEXPR_", "HDF5_")
 _MAX_REQUEST = 8 << 20
-_in_child = False  # True in a job the server forked: delegate() then runs the job here
 
 
 def import_time_env(env: dict[str, str]) -> dict[str, str]:
@@ -113,8 +112,10 @@ def delegate(extra: tuple[str, ...] = ()) -> None:
     math environment). Called by a workflow script that needs torch, before its heavy imports;
     ``extra``: modules beyond :data:`PRELOAD` that its work imports and its zygote is to have
     imported (:data:`SENTENCE_TRANSFORMERS`)."""
+    from . import runlog
+
     path = os.environ.get(ENV, "")
-    if _in_child or not path.startswith("/"):
+    if runlog.in_server() or not path.startswith("/"):  # in a job the server forked: run it here
         return
     main = sys.modules.get("__main__")
     script = getattr(main, "__real_file__", None)  # Snakemake's script file (its preamble sets __file__ to ours)
@@ -345,10 +346,9 @@ class Server:
             conn.close()
             self.note(f"a bad request: {e}")
             return
-        if req is None or len(fds) != 3 or not self.zygote:
+        if req is None or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
-        if req is None or len(fds) != 3:
             conn.close()
             return
         name = os.path.basename(req["script"])
@@ -356,10 +356,16 @@ class Server:
         zygote = None if why or self.zygote else self.route(req)
         if zygote is None and not why and not self.zygote:
             why = "the zygote of its environment has died"
-        if why or not self.zygote:
-            reply = {"accepted": False, "why": why} if why else {"accepted": False, "redirect": zygote}
-            self.note(f"{name}: runs in its own process: {why}" if why else f"{name}: to {zygote}")
-            _send_line(conn, reply)
+        if why or not self.zygote:  # refused, or the router: the job's descriptors stay with its process
+            for fd in fds:
+                os.close(fd)
+            if why:
+                self.note(f"{name}: runs in its own process: {why}")
+                _send_line(conn, {"accepted": False, "why": why})
+            else:  # the router hands the job to its zygote
+                self.served += 1
+                self.note(f"{name}: to {zygote}")
+                _send_line(conn, {"accepted": False, "redirect": zygote})
             conn.close()
             return
         sys.stdout.flush()
@@ -388,7 +394,6 @@ class Server:
         env = {k: v for k, v in req["env"].items() if k != ENV}
         proc = _spawn(path, self.log_path, zygote=True, extra=extra, env=env, cwd=req["cwd"])
         self.zygotes[key] = (path, proc)
-        self.served += 1
         return path
 
     def client_event(self, pid: int) -> None:
@@ -431,10 +436,8 @@ class Server:
     def child(self, conn: socket.socket, req: dict, fds: list[int]) -> None:
         """The forked job: the client's descriptors, directory, environment and path, then its script
         as ``python script`` runs it; exits with the script's status (never returns)."""
-        global _in_child
         code = 1
         try:
-            _in_child = True
             _die_with(self.server_pid)
             for s in (signal.SIGTERM, signal.SIGCHLD):
                 signal.signal(s, signal.SIG_DFL)
@@ -459,7 +462,7 @@ class Server:
             sys.path[:] = req["path"]
             from . import runlog
 
-            runlog.started_in_server(req.get("started"))
+            runlog.started_in_server(req.get("started"))  # delegate() in the script now returns
             code = _run_script(req["script"])
         except BaseException:  # noqa: BLE001 - the child must never return into the server's loop
             import traceback

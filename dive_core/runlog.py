@@ -31,7 +31,13 @@ def loaded_heavy() -> list[str]:
 #: in a child of the job server (dive_core.job_server): when the job's own process started (seconds
 #: since the epoch; None: unknown)
 _client_started: float | None = None
-_in_server = False
+_in_server = False  # the one flag: this process is a job server's child running a job
+
+
+def in_server() -> bool:
+    """Whether this process is a child of the job server running a job (set by
+    :func:`started_in_server`)."""
+    return _in_server
 
 
 def started_in_server(client_started: float | None) -> None:

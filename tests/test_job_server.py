@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,19 +33,17 @@ import os, json, sys
 from dive_core import runlog
 import torch
 
-print(json.dumps({{"pid": os.getpid(), "parent": os.getppid(), "in_child": job_server._in_child,
+print(json.dumps({{"pid": os.getpid(), "parent": os.getppid(), "in_child": runlog.in_server(),
                   "cwd": os.getcwd(), "argv": sys.argv[1:], "marker": os.environ.get("JOB_MARKER"),
-                  "threads": torch.get_num_threads(), "age": runlog.process_seconds(),
-                  "torch_before": {torch_before}, "st": "sentence_transformers" in sys.modules}}), flush=True)
+                  "threads": torch.get_num_threads(), "age": runlog.process_seconds(), "st": "sentence_transformers" in sys.modules}}), flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 {work}
 """
 
 
-def write_job(folder: Path, work: str = "sys.exit(3)", torch_before: str = "True", extra: str = "",
-              name: str = "job.py") -> Path:
+def write_job(folder: Path, work: str = "sys.exit(3)", extra: str = "", name: str = "job.py") -> Path:
     path = folder / name
-    path.write_text(JOB.format(repo=str(REPO), work=work, torch_before=torch_before, extra=extra), encoding="utf-8")
+    path.write_text(JOB.format(repo=str(REPO), work=work, extra=extra), encoding="utf-8")
     return path
 
 
@@ -87,8 +86,12 @@ def test_a_job_runs_in_a_fork_with_its_own_descriptors_directory_environment_and
     # a second job of the same environment: another fork of the same zygote
     again = json.loads(run_job(script, cwd, JOB_MARKER="second").stdout.splitlines()[0])
     assert again["parent"] == zygote and again["pid"] != report["pid"] and again["marker"] == "second"
+    job_server.stop(proc)  # the fixture's stop then finds it stopped
     text = log.read_text()
     assert text.count("imported torch") == 1 and "job.py: child" in text
+    # each counts the jobs it served: the router handed two to the zygote, which forked two
+    assert re.search(r"job server \d+: stopped after 2 jobs", text), text
+    assert re.search(r"zygote \d+: stopped after 2 jobs", text), text
 
 
 def test_each_math_environment_gets_its_own_zygote(server, tmp_path):
@@ -138,7 +141,7 @@ def test_a_job_killed_by_a_signal_ends_its_process_with_that_signal(server, tmp_
 
 
 def test_without_a_server_or_turned_off_the_job_runs_in_its_own_process(tmp_path, monkeypatch):
-    script = write_job(tmp_path, work="sys.exit(0)", torch_before="False")
+    script = write_job(tmp_path, work="sys.exit(0)")
     for value in ("off", f"{tmp_path}/no-such-socket", None):
         env = dict(os.environ)
         env.pop(job_server.ENV, None)
