@@ -17,7 +17,7 @@ checkout=$(cd "$1" && pwd)
 out=$(mkdir -p "$2" && cd "$2" && pwd)
 shift 2
 py="$checkout/.venv/bin/python"
-"$py" -c 'import coverage, sys; sys.exit(0 if coverage.version_info >= (7, 10) else "coverage >= 7.10 is needed (patch = fork, subprocess)")'
+"$py" -c 'import coverage, sys, sysconfig, os; sys.exit(0 if coverage.version_info >= (7, 10) and os.path.exists(os.path.join(sysconfig.get_paths()["purelib"], "a1_coverage.pth")) else "coverage >= 7.10 with its a1_coverage.pth is needed (patch = fork, subprocess; every process)")'
 rc="$out/coveragerc"
 cat > "$rc" <<EOF
 [run]
@@ -34,11 +34,8 @@ patch =
 EOF
 rm -f "$out"/.coverage*
 cd "$checkout"
-# every Python process of the venv starts coverage when COVERAGE_PROCESS_START names a configuration
-site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-pth="$site/zz_measure_coverage_$$.pth"  # one per run: two runs may share a venv
-echo 'import coverage; coverage.process_startup()' > "$pth"
-trap 'rm -f "$pth"' EXIT
+# every Python process of the venv starts coverage when COVERAGE_PROCESS_START names a configuration:
+# coverage's own a1_coverage.pth (installed with it) reads the variable; without it, it does nothing
 status=0
 COVERAGE_PROCESS_START="$rc" make test "$@" || status=$?
 "$py" -m coverage combine --rcfile "$rc" --quiet "$out" || true

@@ -11,6 +11,12 @@
 * ``make test`` runs the suite on two pytest-xdist workers, each module on one (``--dist loadfile
   --no-loadscope-reorder``): modules are handed out in collection order, and ``SLOWEST_FIRST``
   puts the longest first, so that they do not start last and leave the other worker idle.
+* ``OMP_WAIT_POLICY=PASSIVE``: the two workers share two cores, so torch's and MKL's
+  OpenMP threads, which by default spin for a while after each parallel region, would spin on the
+  cores the other worker's jobs need (two 2-thread trainings at once took twice as long as one;
+  passive, as long as one). The wait policy changes no number: the same bytes either way. The MKL
+  race checks (tests/test_reproducibility.py) run their children with the default policy, the one
+  their rates were observed under. ``SUITE_ENV`` names what the suite sets.
 * ``ci_log``: a line for the CI log. A worker's own output is not shown, so the line travels on
   the test's report and the run's summary prints it ("what the tests reported").
 """
@@ -26,6 +32,10 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
+
+# set before any test module imports torch; every process the suite starts inherits it
+SUITE_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+os.environ.update(SUITE_ENV)
 
 # tests/env_llm2vec/ runs inside the LLM2Vec environment (`make test` runs it with .venv-llm2vec's
 # interpreter; dive_core/environments.py); an interpreter without llm2vec does not collect it.

@@ -148,3 +148,17 @@ def test_the_slowest_modules_are_collected_first(tmp_path):
     assert modules == [*conftest.SLOWEST_FIRST, "test_a.py", "test_z.py"], proc.stdout
     assert order.count("test_workflow.py") == 2 and proc.stdout.index("test_workflow.py::test_one") < \
         proc.stdout.index("test_workflow.py::test_two")
+
+
+def test_the_suites_processes_wait_passively_and_the_mkl_checks_start_as_jobs_do():
+    """conftest.SUITE_ENV reaches this worker (and every process it starts: SLURM exports the
+    environment too); the MKL race checks' children get a job's environment without it."""
+    from conftest import SUITE_ENV
+    from test_reproducibility import job_env
+
+    assert SUITE_ENV == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    probe = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('OMP_WAIT_POLICY'))"],
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in job_env() and "MKL_CBWR" not in job_env()

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import SUITE_ENV
 
 from dive_core import numerics
 
@@ -29,10 +30,18 @@ MODE = "from dive_core import numerics; print(json.dumps(numerics.mkl_mode()))"
 MATMUL = "torch.randn(64, 64) @ torch.randn(64, 64)"
 
 
+def job_env() -> dict[str, str]:
+    """This process's environment as a job's process starts with it: without MKL_CBWR and MKL_DYNAMIC
+    (dive_core sets them), and without what the suite sets for its workers (conftest.SUITE_ENV: the
+    OpenMP wait policy), so that MKL's threads start as they do in a job."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("MKL_CBWR", "MKL_DYNAMIC") and SUITE_ENV.get(k) != v}
+
+
 def python(code: str, **env: str) -> subprocess.CompletedProcess:
     """``code`` in a fresh interpreter, from the repository root, the environment without MKL_CBWR
     (a user's own value is given through ``env``)."""
-    e = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "MKL_DYNAMIC")}
+    e = job_env()
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**e, **env}, capture_output=True,
                           text=True, timeout=120)
 
@@ -101,7 +110,7 @@ RETRAINS = 16
 def test_retraining_in_fresh_processes_gives_one_weights_hash():
     """The CI smoke run's DIVE training (tests/retrain_probe.py: the configured hyperparameters,
     MiniLM's shape) in new processes: one weights hash, one compressed-corpus hash."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "MKL_DYNAMIC")}
+    env = job_env()
 
     def once(_):
         out = subprocess.run([sys.executable, str(TESTS / "retrain_probe.py")], cwd=REPO, env=env,
@@ -129,7 +138,7 @@ def test_the_first_parallel_call_of_mkls_vector_math_gives_the_bytes_of_every_la
     (runlog.set_threads), the first exp over 2 threads equals the second, and every process agrees."""
     out = subprocess.run([sys.executable, str(TESTS / "vml_probe.py"), "--children", str(VML_CHILDREN),
                           "--parallel", "2"], cwd=REPO,
-                         env={k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "MKL_DYNAMIC")},
+                         env=job_env(),
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
