@@ -73,3 +73,16 @@ def test_a_yaml_error_names_its_file_and_line(tmp_path, capsys):
     out = capsys.readouterr()
     assert f"{REPO / 'config' / 'config.yaml'}: valid YAML" in out.out and f"{bad}:3: invalid YAML" in out.err
     assert dcfg.main([str(REPO / "config" / "paper.yaml")]) == 0
+
+
+def test_the_fast_loader_reads_every_shipped_yaml_as_pyyaml_does():
+    """load_yaml parses with libyaml (the pinned PyYAML wheel has it) and gets the values
+    yaml.safe_load gets, for every YAML file the repository ships."""
+    import yaml
+
+    assert dcfg._FAST_LOADER is yaml.CSafeLoader
+    files = sorted(p for pattern in ("config/**/*.yaml", "profiles/**/*.yaml", "envs/*.yaml", "tests/*.yaml")
+                   for p in REPO.glob(pattern))
+    assert len(files) > 10
+    for f in files:
+        assert dcfg.load_yaml(f) == yaml.safe_load(f.read_text(encoding="utf-8")), f
