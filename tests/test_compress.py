@@ -679,6 +679,13 @@ def test_config_entries_outputs_and_refusals():
         C.check_config({"compress": {"b": {**cfg["compress"]["b"], "faiss_index": "OPQ16,PQ16"}}})
     with pytest.raises(ConfigError, match=r"compress.x.input: v.csv: unknown vector file type"):
         C.check_config({"compress": {"x": {"model": "m.pt", "input": "v.csv"}}})
+    refusals = {"encoding": ("int4", r"compress.b.encoding = 'int4': expected one of \('float32', "),
+                "side": ("both", r"compress.b.side = 'both': expected one of \['document', 'query'\]"),
+                "model": ("results/compressed/a.npy", r"compress.b.model: results/compressed/a.npy is a compressed "
+                                                      r"output, not a compressor")}
+    for key, (value, message) in refusals.items():
+        with pytest.raises(ConfigError, match=message):
+            C.check_config({"compress": {"b": {**cfg["compress"]["b"], key: value}}})
     small, big = compress_resources(1000, 10, 1), compress_resources(1_000_000, 10, 4, attempt=2)
     assert small["mem_mb"] == 2040 and big["mem_mb"] == 3060  # bounded: not the input's size
     assert big["runtime"] > small["runtime"]
@@ -809,3 +816,25 @@ def test_a_code_index_refuses_sparse_codes_and_unknown_encodings_by_name(tmp_pat
     with pytest.raises(CompressError, match="encoding 'int4'"):
         code_index(tmp_path / "m.pt", tmp_path / "e.h5", "int4", tmp_path / "v.h5", tmp_path / "i.faiss")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_1bit_code_index_is_faiss_binary_index_of_the_sign_codes(tmp_path, model, data):
+    """code_index with a 1-bit pick (rule budget_index): the float32 vectors dive-compress writes, and
+    beside them FAISS's IndexBinaryFlat of their sign bits (x > 0, packed as numpy packs them), the
+    index the frontier searched; no dive-compress command (it writes no 1-bit index)."""
+    import faiss
+
+    from dive_core.compress.cli import code_index
+
+    ids, x = data
+    emb = write_embeddings_h5(tmp_path / "embeddings.h5", {"corpus": (ids, x)})
+    vectors, index_path = tmp_path / "corpus.h5", tmp_path / "index.faiss"
+    assert code_index(model, emb, "binary", vectors, index_path) == {"command": None, "factory": None}
+    got_ids, y = read_all(vectors, group="corpus")
+    assert got_ids == ids
+    np.testing.assert_array_equal(y, reference(model, x))  # the float32 vectors of the map
+    built = faiss.IndexBinaryFlat(8)  # k = 8 dimensions, 1 byte a vector
+    built.add(np.packbits(y > 0, axis=1))
+    index = faiss.read_index_binary(str(index_path))
+    assert index.ntotal == N and index.code_size == 1
+    assert bytes(faiss.serialize_index_binary(index)) == bytes(faiss.serialize_index_binary(built))

@@ -344,6 +344,45 @@ def test_an_arrival_budget_study_reads_the_arrival_codes_on_validation_and_test_
             r"experiments.arrival_codes's first seed only, \[2027\]")
 
 
+def _exp(name):
+    return lambda c: c["experiments"][name]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c.update(datasets=["scifact", "nope"]),
+     r"config: datasets\[1\] = 'nope' is not in the dataset registry"),
+    (lambda c: c["split"].update(fractions=[0.5, 0.3, 0.3]),
+     r"config: split.fractions \[0.5, 0.3, 0.3\] must sum to 1"),
+    (lambda c: c["backbones"]["minilm"]["dims"].update(primary=512),
+     r"config: backbones.minilm.dims.primary = 512 exceeds dim 384"),
+    (lambda c: _exp("frontier")(c).update(methods=["frozen", "nope"]),
+     r"config: experiments.frontier.methods\[1\] = 'nope' is not defined under methods"),
+    (lambda c: _exp("arrival_codes")(c).update(methods=["frozen", "csr"], codes=["frozen", "csr"]),
+     r"config: experiments.arrival_codes.codes\[1\] = 'csr-arrival': k-sparse codes are stored as they are"),
+    (lambda c: _exp("frontier")(c).update(datasets=["nope"]),
+     r"config: experiments.frontier.datasets\[0\] = 'nope' is not in the dataset registry"),
+    (lambda c: c["efficiency"].update(sparse_method="nope"),
+     r"config: efficiency.sparse_method = 'nope' is not defined under methods"),
+    (lambda c: _exp("arrival_codes")(c).update(methods=[]), r"config: experiments.arrival_codes has no methods"),
+    (lambda c: _exp("budget_arrival")(c).update(backbones=["mpnet"]),
+     r"config: experiments.budget_arrival.backbones: 'mpnet' is not among experiments.arrival_codes's backbones"),
+    (lambda c: _exp("budget_arrival")(c).update(datasets=["nfcorpus"]),
+     r"config: experiments.budget_arrival.datasets: 'nfcorpus' is not among experiments.arrival_codes's datasets"),
+    (lambda c: _exp("budget")(c).update(backbones=["mpnet"]),
+     r"config: experiments.budget.backbones: 'mpnet' is not among the frontier's backbones"),
+    (lambda c: _exp("budget")(c).update(datasets=["nfcorpus"]),
+     r"config: experiments.budget.datasets: 'nfcorpus' is not among the frontier's datasets"),
+])
+def test_a_key_that_names_what_the_config_does_not_run_is_refused_naming_the_key(change, message):
+    """Each of these refusals, at config.yaml's values with one key changed: a dataset, method or backbone
+    that is not defined, or not among those of the study a budget study reads, and values that cannot
+    hold (fractions that do not sum to 1, a dimension above the backbone's)."""
+    cfg = copy.deepcopy(CONFIG)
+    change(cfg)
+    with pytest.raises(dcfg.ConfigError, match=message):
+        resolved(cfg)
+
+
 def test_the_plan_and_its_params_need_no_torch():
     """The job graph and every job parameter come from dive_core.plan, which imports no torch: a
     Snakemake driver environment without torch plans exactly the same jobs with the same params."""
@@ -640,6 +679,7 @@ def test_a_vectors_backbone_reads_its_files_and_nothing_else():
     ({"queries": "/data/{dataset}/q.csv"}, r"backbones.llm.queries: /data/scifact/q.csv|backbones.llm.queries: .*"
                                            r"unknown vector file type '.csv'"),
     ({"corpus": "/data/{dataset}/{split}.npy"}, r"the only placeholder is \{dataset\}"),
+    ({"sha256": {"corpus": "a" * 64}}, r"backbones.llm.sha256.corpus is one sha256 for a file per dataset"),
 ])
 def test_a_vectors_backbone_that_cannot_work_is_refused_naming_its_key(entry, message):
     cfg = vectors_config(**entry)
