@@ -12,10 +12,11 @@
 # and total.txt (the percentage of lines of the three folders run by at least one test).
 # Snakemake runs a script from a copy (.snakemake/scripts/tmp*.py), so a workflow script's lines
 # count only where a test runs the script file itself; that holds for any commit measured so.
-# In each run at bd833fc and 15827a9 two data files, each naming 114 of the measured files, were left
-# half-written (combine: "database disk image is malformed") and are not counted; which processes
-# wrote them was not found (not the pytest workers: a plugin that saved their data at session end
-# changed nothing); two runs of 15827a9 gave the same total, 814 lines missed.
+# In each run at bd833fc and 15827a9 two data files, each naming nearly every measured file (110 of
+# 111 at bd833fc, 114 of 115 at 15827a9), were left half-written (combine: "database disk image is
+# malformed") and are not counted; which processes wrote them was not found (not the pytest
+# workers: a plugin that saved their data at session end changed nothing); two runs of 15827a9
+# gave the same total, 814 lines missed.
 set -euo pipefail
 checkout=$(cd "$1" && pwd)
 out=$(mkdir -p "$2" && cd "$2" && pwd)
