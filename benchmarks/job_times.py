@@ -13,10 +13,12 @@ logs/frontier/: told apart by their file names, seed*.bench.tsv and validation.b
 """
 import argparse
 import csv
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's dive_core
+from dive_core.runlog import cpu_of_log  # noqa: E402
 
 
 def kind_of(path: Path, root: Path) -> str:
@@ -33,9 +35,6 @@ def kind_of(path: Path, root: Path) -> str:
     return rule
 
 
-END_CPU = re.compile(r"dive\.job: end: .*, CPU (\d+\.\d+) s")
-
-
 def read(path: Path) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one job: its benchmark table's last row (the last try), the CPU
     from its log's last `end:` line where it has one."""
@@ -49,11 +48,8 @@ def read(path: Path) -> tuple[float, float]:
     except (KeyError, ValueError) as err:
         raise SystemExit(f"{path}: not a Snakemake benchmark table ({err})") from None
     log = path.with_name(path.name[:-len(".bench.tsv")] + ".log")
-    if log.exists():
-        ends = END_CPU.findall(log.read_text(encoding="utf-8", errors="replace"))
-        if ends:
-            cpu = float(ends[-1])
-    return wall, cpu
+    own = cpu_of_log(log.read_text(encoding="utf-8", errors="replace")) if log.exists() else None
+    return wall, cpu if own is None else own
 
 
 def main(argv=None) -> int:

@@ -112,6 +112,15 @@ def own_usage() -> str:
     return f"max RSS {r.ru_maxrss / 1024:.0f} MiB, CPU {r.ru_utime + r.ru_stime:.2f} s"
 
 
+def cpu_of_log(text: str) -> float | None:
+    """The CPU seconds a job's log gives on its last ``end:`` line (:func:`own_usage`), or None."""
+    cpu = None
+    for line in text.splitlines():
+        if " dive.job: end: " in line and ", CPU " in line:
+            cpu = float(line.rsplit(", CPU ", 1)[1].split(" s", 1)[0])
+    return cpu
+
+
 def set_threads(threads: int) -> None:
     """The job's thread budget for PyTorch and FAISS; MKL's vector math warmed on this thread first
     (:func:`dive_core.numerics.warm_vector_math`: the same bytes in every process).

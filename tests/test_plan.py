@@ -344,10 +344,6 @@ def test_an_arrival_budget_study_reads_the_arrival_codes_on_validation_and_test_
             r"experiments.arrival_codes's first seed only, \[2027\]")
 
 
-def _exp(name):
-    return lambda c: c["experiments"][name]
-
-
 @pytest.mark.parametrize("change, message", [
     (lambda c: c.update(datasets=["scifact", "nope"]),
      r"config: datasets\[1\] = 'nope' is not in the dataset registry"),
@@ -355,22 +351,22 @@ def _exp(name):
      r"config: split.fractions \[0.5, 0.3, 0.3\] must sum to 1"),
     (lambda c: c["backbones"]["minilm"]["dims"].update(primary=512),
      r"config: backbones.minilm.dims.primary = 512 exceeds dim 384"),
-    (lambda c: _exp("frontier")(c).update(methods=["frozen", "nope"]),
+    (lambda c: c["experiments"]["frontier"].update(methods=["frozen", "nope"]),
      r"config: experiments.frontier.methods\[1\] = 'nope' is not defined under methods"),
-    (lambda c: _exp("arrival_codes")(c).update(methods=["frozen", "csr"], codes=["frozen", "csr"]),
+    (lambda c: c["experiments"]["arrival_codes"].update(methods=["frozen", "csr"], codes=["frozen", "csr"]),
      r"config: experiments.arrival_codes.codes\[1\] = 'csr-arrival': k-sparse codes are stored as they are"),
-    (lambda c: _exp("frontier")(c).update(datasets=["nope"]),
+    (lambda c: c["experiments"]["frontier"].update(datasets=["nope"]),
      r"config: experiments.frontier.datasets\[0\] = 'nope' is not in the dataset registry"),
     (lambda c: c["efficiency"].update(sparse_method="nope"),
      r"config: efficiency.sparse_method = 'nope' is not defined under methods"),
-    (lambda c: _exp("arrival_codes")(c).update(methods=[]), r"config: experiments.arrival_codes has no methods"),
-    (lambda c: _exp("budget_arrival")(c).update(backbones=["mpnet"]),
+    (lambda c: c["experiments"]["arrival_codes"].update(methods=[]), r"config: experiments.arrival_codes has no methods"),
+    (lambda c: c["experiments"]["budget_arrival"].update(backbones=["mpnet"]),
      r"config: experiments.budget_arrival.backbones: 'mpnet' is not among experiments.arrival_codes's backbones"),
-    (lambda c: _exp("budget_arrival")(c).update(datasets=["nfcorpus"]),
+    (lambda c: c["experiments"]["budget_arrival"].update(datasets=["nfcorpus"]),
      r"config: experiments.budget_arrival.datasets: 'nfcorpus' is not among experiments.arrival_codes's datasets"),
-    (lambda c: _exp("budget")(c).update(backbones=["mpnet"]),
+    (lambda c: c["experiments"]["budget"].update(backbones=["mpnet"]),
      r"config: experiments.budget.backbones: 'mpnet' is not among the frontier's backbones"),
-    (lambda c: _exp("budget")(c).update(datasets=["nfcorpus"]),
+    (lambda c: c["experiments"]["budget"].update(datasets=["nfcorpus"]),
      r"config: experiments.budget.datasets: 'nfcorpus' is not among the frontier's datasets"),
 ])
 def test_a_key_that_names_what_the_config_does_not_run_is_refused_naming_the_key(change, message):
