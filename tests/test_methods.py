@@ -342,6 +342,27 @@ def test_pca_with_fewer_documents_than_dimensions_takes_the_svd_and_the_same_axe
     assert torch.allclose(m.components.double(), axes_e[:, :8], atol=1e-6)
 
 
+@pytest.mark.parametrize("n, d, k", [(400, 64, None), (40, 64, 8)])  # the eigendecomposition; the SVD
+def test_pca_axes_are_the_same_bytes_at_any_thread_count(n, d, k):
+    """A job's thread count is a cost setting: PCA's axes (and so pca's and dive-pca's maps) must not
+    depend on it. LAPACK's eigh gives other bytes on 1 and 2 threads without the one-thread block."""
+    from dive_core.methods import pca as P
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=gen) * torch.linspace(3.0, 0.1, d)
+    before = torch.get_num_threads()
+    try:
+        axes = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            axes.append(P.principal_axes(x, k))
+            assert torch.get_num_threads() == threads  # restored after the block
+    finally:
+        torch.set_num_threads(before)
+    for other in axes[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(axes[0], other))
+
+
 def test_compress_in_place_equals_a_new_matrix_and_evaluation_can_consume_the_corpus(problem):
     """k = d: compress(x, out=x) gives the bits of compress(x); evaluate_method(consume=True)
     then writes over the caller's corpus instead of a second corpus-sized matrix, with the same
