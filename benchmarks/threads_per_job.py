@@ -18,12 +18,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from wait_policy import REPO, start_together  # benchmarks/wait_policy.py, beside this script
 
 
 def child(a) -> None:
@@ -56,15 +54,8 @@ def at_once(a, method: str, threads: int, n: int) -> tuple[float, set[str]]:
     cmd = [sys.executable, __file__, "--child", "--threads", str(threads), "--method", method,
            "--results", a.results, "--dataset", a.dataset, "--backbone", a.backbone, "--k", str(a.k),
            "--epochs", str(a.epochs)]
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in range(n)]
-    hashes = set()
-    for p in procs:
-        out, _ = p.communicate()
-        if p.returncode:
-            sys.exit(f"a training of {method} failed ({p.returncode})")
-        hashes.add(json.loads(out.strip().splitlines()[-1])["weights_sha256"])
-    return time.perf_counter() - t0, hashes
+    wall, _, hashes = start_together(cmd, n)
+    return wall, hashes
 
 
 def main() -> None:

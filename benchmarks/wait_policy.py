@@ -27,23 +27,29 @@ REPO = Path(__file__).resolve().parent.parent
 PROBE = REPO / "tests" / "retrain_probe.py"
 
 
-def run_at_once(n: int, policy: str | None) -> tuple[float, float, set[str]]:
-    """``n`` probes started together: the slowest's wall seconds, their CPU seconds, their hashes."""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if policy:
-        env["OMP_WAIT_POLICY"] = policy
+def start_together(cmd: list[str], n: int, env: dict | None = None) -> tuple[float, float, set[str]]:
+    """``n`` processes of ``cmd`` started together, each printing a JSON line with ``weights_sha256``
+    last: the slowest's wall seconds, their CPU seconds, their hashes (benchmarks/threads_per_job.py
+    uses it too)."""
     before, t0 = os.times(), time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, str(PROBE)], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-             for _ in range(n)]
+    procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)]
     hashes = set()
     for p in procs:
         out, _ = p.communicate()
         if p.returncode:
-            sys.exit(f"the probe failed ({p.returncode})")
+            sys.exit(f"{' '.join(cmd)} failed ({p.returncode})")
         hashes.add(json.loads(out.strip().splitlines()[-1])["weights_sha256"])
     wall, after = time.perf_counter() - t0, os.times()
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     return wall, cpu, hashes
+
+
+def run_at_once(n: int, policy: str | None) -> tuple[float, float, set[str]]:
+    """``n`` probes started together, under OpenMP's wait ``policy`` (None: the default)."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if policy:
+        env["OMP_WAIT_POLICY"] = policy
+    return start_together([sys.executable, str(PROBE)], n, env)
 
 
 def main() -> None:

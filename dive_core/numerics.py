@@ -49,6 +49,7 @@ training twice, and in separate processes, gives the same weights (docs/performa
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -160,6 +161,27 @@ def inductor_deterministic() -> None:
     import torch._inductor.config as inductor_config
 
     inductor_config.deterministic = torch.are_deterministic_algorithms_enabled()
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run the block on one torch thread, then restore the count (only the CPU's threads).
+
+    LAPACK's decompositions give other bytes at another thread count: the eigenvectors of SciFact's
+    384 x 384 MiniLM covariance differ between 1 and 2 threads, and so would PCA's axes and every
+    map that starts from them (``pca``, ``dive-pca``), though a job's thread count is a cost setting.
+    So ``methods.pca.principal_axes`` runs its eigendecomposition and SVD in this block. Cost: 0.15 s
+    at 768d, 19.5 s instead of 9.9 s at 4096d (2 cores of an AMD EPYC). ``qside-procrustes``'s SVD
+    needs none: its factors differ too, but their product, the rotation, differs by about 1e-16 in
+    float64 and is the same once cast to the float32 it is stored in (measured, 64 x 64)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 _vector_math_warm = False

@@ -9,10 +9,9 @@ signs (fixed: the largest-magnitude entry of each is positive) do not affect inn
 rankings.
 """
 
-import contextlib
-
 import torch
 
+from ..numerics import one_thread
 from .base import Method, register
 
 
@@ -40,7 +39,7 @@ def principal_axes(x: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor,
     axes up to rounding, at 4096d and 500 rows 0.9 s instead of 30 s (2 cores); the variances are
     then the n non-zero ones.
 
-    The SVD and the eigendecomposition run on one thread (:func:`one_thread`)."""
+    The SVD and the eigendecomposition run on one thread (:func:`dive_core.numerics.one_thread`)."""
     n, d = x.shape
     if k is not None and k <= n <= d:
         rows = x.detach().cpu().double()
@@ -53,22 +52,6 @@ def principal_axes(x: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor,
         evals, evecs = torch.linalg.eigh(cov)  # ascending
     order = torch.argsort(evals, descending=True, stable=True)
     return mean, evals.clamp_min(0)[order], _sign_fixed(evecs[:, order])
-
-
-@contextlib.contextmanager
-def one_thread():
-    """Run the block on one torch thread, then restore the count. LAPACK's eigendecomposition gives
-    other bytes at another thread count (measured: the eigenvectors of SciFact's 384 x 384 MiniLM
-    covariance differ between 1 and 2 threads; the covariance itself does not), so without this a
-    job's thread count, a cost setting, would change PCA's axes and every map that starts from them
-    (``pca``, ``dive-pca``). Cost: 0.15 s at 768d, 19.5 s instead of 9.9 s at 4096d (2 cores of an
-    AMD EPYC)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _sign_fixed(comps: torch.Tensor) -> torch.Tensor:
